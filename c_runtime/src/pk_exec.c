@@ -1,0 +1,291 @@
+/* Graph lifetime and execution: create/destroy, binding params and memory, running nodes,
+ * copying inputs and outputs. */
+#include "pk_graph.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PB "params.bin"
+
+pk_status pk_graph_bind_params(pk_graph* g, const void* params, size_t params_len) {
+    pk_param* t;
+    int32_t n;
+    pk_status s = pk_params_parse(params, params_len, &t, &n);
+    if (s) return s;
+    for (int32_t i = 0; i < g->num_entries && !s; i++) {
+        const pk_entry* en = &g->entries[i];
+        pk_storage* st = &g->storage[en->sid];
+        if (st->kind != PK_ST_PARAM) continue;
+        size_t len = strlen(st->param);
+        const pk_param* p = NULL;
+        for (int32_t k = 0; k < n && !p; k++)
+            if (t[k].name_len == len && memcmp(t[k].name, st->param, len) == 0) p = &t[k];
+        if (!p) {
+            s = pk_fail(PK_ERR_FORMAT, PB ": no tensor '%s' (param of entry %d)", st->param,
+                        (int)i);
+        } else if (p->dtype != en->dtype || p->ndim != en->ndim ||
+                   memcmp(p->shape, en->shape, (size_t)en->ndim * sizeof *en->shape) != 0 ||
+                   p->bytes != st->bytes) {
+            s = pk_fail(PK_ERR_FORMAT,
+                        PB ": tensor '%s' has dtype %s, ndim %d, %zu bytes; graph.json entry %d "
+                        "wants dtype %s, ndim %d, %zu bytes (or a different shape)",
+                        st->param, pk_dtype_name((pk_dtype)p->dtype), (int)p->ndim, p->bytes,
+                        (int)i, pk_dtype_name((pk_dtype)en->dtype), (int)en->ndim, st->bytes);
+        } else {
+            st->ptr = (unsigned char*)(uintptr_t)p->data; /* kernels take void*, never write */
+        }
+    }
+    free(t);
+    return s;
+}
+
+static int overlaps(const void* a, size_t an, const void* b, size_t bn) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return an && bn && x < y + bn && y < x + an;
+}
+
+/* A kernel's outputs must not overlap any other of its arguments: generated kernels are not
+ * written to work in place. */
+static pk_status check_aliasing(const pk_graph* g, int32_t n) {
+    const pk_node* node = &g->nodes[n];
+    int32_t nargs = node->num_inputs + node->num_outputs;
+    for (int32_t a = node->num_inputs; a < nargs; a++) {
+        size_t abytes = g->entries[g->row_ptr[n] + a - node->num_inputs].bytes;
+        for (int32_t b = 0; b < nargs; b++) {
+            if (b == a) continue;
+            int32_t eb = b < node->num_inputs ? node->inputs[b]
+                                              : g->row_ptr[n] + b - node->num_inputs;
+            if (overlaps(node->args[a], abytes, node->args[b], g->entries[eb].bytes))
+                return pk_fail(PK_ERR_FORMAT,
+                               "graph.json: nodes[%d] '%s': argument %d overlaps argument %d "
+                               "in memory",
+                               (int)n, node->name, (int)a, (int)b);
+        }
+    }
+    return PK_OK;
+}
+
+pk_status pk_graph_place(pk_graph* g, unsigned char* memory) {
+    g->memory = memory;
+    for (int32_t i = 0; i < g->num_storage; i++) {
+        pk_storage* st = &g->storage[i];
+        if (st->kind != PK_ST_PARAM) st->ptr = memory + st->offset;
+    }
+    for (int32_t n = 0; n < g->num_nodes; n++) {
+        pk_node* node = &g->nodes[n];
+        if (node->op != PK_NODE_KERNEL) continue;
+        node->args = calloc((size_t)node->num_inputs + (size_t)node->num_outputs, sizeof(void*));
+        if (!node->args) return pk_fail(PK_ERR_NOMEM, "out of memory for kernel arguments");
+        for (int32_t k = 0; k < node->num_inputs; k++)
+            node->args[k] = g->storage[g->entries[node->inputs[k]].sid].ptr;
+        for (int32_t k = 0; k < node->num_outputs; k++)
+            node->args[node->num_inputs + k] = g->storage[g->entries[g->row_ptr[n] + k].sid].ptr;
+        pk_status s = check_aliasing(g, n);
+        if (s) return s;
+    }
+    return PK_OK;
+}
+
+void pk_graph_free_parts(pk_graph* g) {
+    for (int32_t n = 0; g->nodes && n < g->num_nodes; n++) {
+        free(g->nodes[n].name);
+        free(g->nodes[n].func);
+        free(g->nodes[n].inputs);
+        free(g->nodes[n].args);
+    }
+    for (int32_t i = 0; g->storage && i < g->num_storage; i++) free(g->storage[i].param);
+    for (int32_t i = 0; g->output_names && i < g->num_outputs; i++) free(g->output_names[i]);
+    free(g->nodes);
+    free(g->row_ptr);
+    free(g->entries);
+    free(g->dims);
+    free(g->storage);
+    free(g->input_entries);
+    free(g->output_entries);
+    free(g->output_names);
+    free(g->input_set);
+    if (g->own_memory) pk_aligned_free(g->memory);
+    pk_aligned_free(g->own_params);
+    memset(g, 0, sizeof *g);
+}
+
+static int host_is_little_endian(void) {
+    const uint16_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+/* Takes ownership of own_params (may be NULL) whatever the outcome. */
+static pk_status create(const char* json, size_t json_len, const void* params, size_t params_len,
+                        void* own_params, void* memory, size_t memory_len, pk_graph** out) {
+    pk_graph* g = calloc(1, sizeof *g);
+    pk_status s = PK_OK;
+    *out = NULL;
+    if (!g) {
+        pk_aligned_free(own_params);
+        return pk_fail(PK_ERR_NOMEM, "out of memory");
+    }
+    g->own_params = own_params;
+    if (!host_is_little_endian()) s = pk_fail(PK_ERR_ARG, "big-endian hosts are not supported");
+    if (!s && ((uintptr_t)params % PK_ALIGN) != 0) {
+        /* Misaligned caller buffer: copy once so every tensor is 64-byte aligned. */
+        if (!(g->own_params = pk_aligned_alloc(params_len)))
+            s = pk_fail(PK_ERR_NOMEM, PB ": no memory to copy %zu bytes", params_len);
+        else params = memcpy(g->own_params, params, params_len);
+    }
+    if (!s) s = pk_graph_parse(g, json, json_len);
+    if (!s) s = pk_graph_bind_params(g, params, params_len);
+    if (!s && memory && ((uintptr_t)memory % PK_ALIGN != 0 || memory_len < g->memory_bytes))
+        s = pk_fail(PK_ERR_ARG, "memory must be 64-byte aligned and at least %zu bytes",
+                    g->memory_bytes);
+    if (!s && !memory) {
+        g->own_memory = 1;
+        if (!(memory = pk_aligned_alloc(g->memory_bytes)))
+            s = pk_fail(PK_ERR_NOMEM, "cannot allocate %zu bytes of tensor memory",
+                        g->memory_bytes);
+    }
+    if (!s) s = pk_graph_place(g, memory);
+    if (s) {
+        pk_graph_destroy(g);
+        return s;
+    }
+    *out = g;
+    return PK_OK;
+}
+
+pk_status pk_graph_create(const char* json, size_t json_len, const void* params,
+                          size_t params_len, void* memory, size_t memory_len, pk_graph** out) {
+    if (!out) return pk_fail(PK_ERR_ARG, "pk_graph_create: out is NULL");
+    *out = NULL;
+    if (!json || (!params && params_len))
+        return pk_fail(PK_ERR_ARG, "pk_graph_create: json or params is NULL");
+    return create(json, json_len, params ? params : "", params_len, NULL, memory, memory_len,
+                  out);
+}
+
+pk_status pk_graph_memory_bytes(const char* json, size_t json_len, size_t* out) {
+    pk_graph g;
+    memset(&g, 0, sizeof g);
+    if (!json || !out) return pk_fail(PK_ERR_ARG, "pk_graph_memory_bytes: NULL argument");
+    pk_status s = pk_graph_parse(&g, json, json_len);
+    *out = s ? 0 : g.memory_bytes;
+    pk_graph_free_parts(&g);
+    return s;
+}
+
+pk_status pk_graph_load_dir(const char* dir, pk_graph** out) {
+    char path[4096];
+    void *json = NULL, *params = NULL;
+    size_t json_len = 0, params_len = 0;
+    if (!out || !dir) return pk_fail(PK_ERR_ARG, "pk_graph_load_dir: NULL argument");
+    *out = NULL;
+    if (snprintf(path, sizeof path, "%s/graph.json", dir) >= (int)sizeof path)
+        return pk_fail(PK_ERR_ARG, "bundle path is too long");
+    pk_status s = pk_read_file(path, &json, &json_len);
+    if (s) return s;
+    snprintf(path, sizeof path, "%s/params.bin", dir);
+    s = pk_read_file(path, &params, &params_len);
+    if (!s) s = create(json, json_len, params, params_len, params, NULL, 0, out);
+    pk_aligned_free(json);
+    return s;
+}
+
+void pk_graph_destroy(pk_graph* g) {
+    if (!g) return;
+    pk_graph_free_parts(g);
+    free(g);
+}
+
+int32_t pk_graph_num_inputs(const pk_graph* g) {
+    return g ? g->num_inputs : 0;
+}
+
+int32_t pk_graph_num_outputs(const pk_graph* g) {
+    return g ? g->num_outputs : 0;
+}
+
+static void entry_info(const pk_graph* g, int32_t e, const char* name, pk_tensor_info* out) {
+    out->dtype = (pk_dtype)g->entries[e].dtype;
+    out->ndim = g->entries[e].ndim;
+    out->shape = g->entries[e].shape;
+    out->bytes = g->entries[e].bytes;
+    out->name = name;
+}
+
+static pk_status check_index(const pk_graph* g, int32_t i, int32_t n, const char* what) {
+    if (!g) return pk_fail(PK_ERR_ARG, "%s: graph is NULL", what);
+    if (i < 0 || i >= n)
+        return pk_fail(PK_ERR_ARG, "%s: index %d is not in [0, %d)", what, (int)i, (int)n);
+    return PK_OK;
+}
+
+pk_status pk_graph_input_info(const pk_graph* g, int32_t i, pk_tensor_info* out) {
+    pk_status s = check_index(g, i, pk_graph_num_inputs(g), "input");
+    if (s) return s;
+    int32_t e = g->input_entries[i];
+    entry_info(g, e, g->nodes[g->entries[e].node].name, out);
+    return PK_OK;
+}
+
+pk_status pk_graph_output_info(const pk_graph* g, int32_t i, pk_tensor_info* out) {
+    pk_status s = check_index(g, i, pk_graph_num_outputs(g), "output");
+    if (s) return s;
+    entry_info(g, g->output_entries[i], g->output_names[i], out);
+    return PK_OK;
+}
+
+int32_t pk_graph_input_index(const pk_graph* g, const char* name) {
+    for (int32_t i = 0; g && name && i < g->num_inputs; i++)
+        if (!strcmp(g->nodes[g->entries[g->input_entries[i]].node].name, name)) return i;
+    return -1;
+}
+
+int32_t pk_graph_output_index(const pk_graph* g, const char* name) {
+    for (int32_t i = 0; g && name && i < g->num_outputs; i++)
+        if (!strcmp(g->output_names[i], name)) return i;
+    return -1;
+}
+
+pk_status pk_graph_set_input(pk_graph* g, int32_t i, const void* data, size_t bytes) {
+    pk_status s = check_index(g, i, pk_graph_num_inputs(g), "set_input");
+    if (s) return s;
+    const pk_entry* en = &g->entries[g->input_entries[i]];
+    if (bytes != en->bytes)
+        return pk_fail(PK_ERR_ARG, "set_input: input %d '%s' takes %zu bytes, got %zu", (int)i,
+                       g->nodes[en->node].name, en->bytes, bytes);
+    if (bytes && !data) return pk_fail(PK_ERR_ARG, "set_input: data is NULL");
+    if (bytes) memcpy(g->storage[en->sid].ptr, data, bytes);
+    g->input_set[i] = 1;
+    return PK_OK;
+}
+
+pk_status pk_graph_run(pk_graph* g) {
+    if (!g) return pk_fail(PK_ERR_ARG, "run: graph is NULL");
+    for (int32_t i = 0; i < g->num_inputs; i++)
+        if (!g->input_set[i])
+            return pk_fail(PK_ERR_ARG, "run: input %d '%s' was never set", (int)i,
+                           g->nodes[g->entries[g->input_entries[i]].node].name);
+    for (int32_t n = 0; n < g->num_nodes; n++) {
+        const pk_node* node = &g->nodes[n];
+        if (node->op != PK_NODE_KERNEL) continue;
+        int32_t rc = node->fn(node->args);
+        if (rc != 0)
+            return pk_fail(PK_ERR_KERNEL, "run: node %d '%s' (func %s) failed with code %d",
+                           (int)n, node->name, node->func, (int)rc);
+    }
+    return PK_OK;
+}
+
+pk_status pk_graph_get_output(const pk_graph* g, int32_t i, void* dst, size_t bytes) {
+    pk_status s = check_index(g, i, pk_graph_num_outputs(g), "get_output");
+    if (s) return s;
+    const pk_entry* en = &g->entries[g->output_entries[i]];
+    if (bytes != en->bytes)
+        return pk_fail(PK_ERR_ARG, "get_output: output %d '%s' has %zu bytes, got %zu", (int)i,
+                       g->output_names[i], en->bytes, bytes);
+    if (bytes && !dst) return pk_fail(PK_ERR_ARG, "get_output: dst is NULL");
+    if (bytes) memcpy(dst, g->storage[en->sid].ptr, bytes);
+    return PK_OK;
+}

@@ -1,0 +1,512 @@
+/* graph.json loader and validator. Every index and size is checked before use, so a corrupt
+ * or hostile graph.json yields PK_ERR_FORMAT and a message naming the field, never UB. */
+#include "pk_graph.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GJ "graph.json"
+
+typedef struct {
+    pj_doc d;
+    int32_t root;
+    pk_graph* g;
+} loader;
+
+static const char* const type_names[] = {"null", "bool", "number", "string", "array", "object"};
+
+/* Looks up obj[key] and checks its type; on failure records a message naming `where`. */
+static int32_t field(loader* L, int32_t obj, const char* where, const char* key, int type,
+                     pk_status* s) {
+    int32_t t = pj_get(&L->d, obj, key);
+    if (t < 0) {
+        *s = pk_fail(PK_ERR_FORMAT, GJ ": %s: missing field '%s'", where, key);
+    } else if (L->d.toks[t].type != type) {
+        *s = pk_fail(PK_ERR_FORMAT, GJ ": %s.%s: expected %s, got %s", where, key,
+                     type_names[type], type_names[L->d.toks[t].type]);
+        t = -1;
+    }
+    return t;
+}
+
+/* Integer in [lo, hi] from token t. */
+static pk_status get_int(loader* L, int32_t t, int64_t lo, int64_t hi, const char* where,
+                         int32_t index, int64_t* out) {
+    if (!pj_int(&L->d, t, out))
+        return pk_fail(PK_ERR_FORMAT, GJ ": %s[%d]: expected an integer", where, (int)index);
+    if (*out < lo || *out > hi)
+        return pk_fail(PK_ERR_FORMAT, GJ ": %s[%d]: %lld is out of range [%lld, %lld]", where,
+                       (int)index, (long long)*out, (long long)lo, (long long)hi);
+    return PK_OK;
+}
+
+/* Checks that `t` is an array of exactly `n` elements (n < 0: any length). */
+static pk_status check_len(loader* L, int32_t t, int64_t n, const char* where) {
+    if (L->d.toks[t].type != PJ_ARR)
+        return pk_fail(PK_ERR_FORMAT, GJ ": %s: expected an array", where);
+    if (n >= 0 && L->d.toks[t].count != n)
+        return pk_fail(PK_ERR_FORMAT, GJ ": %s: has %d elements, expected %lld", where,
+                       (int)L->d.toks[t].count, (long long)n);
+    return PK_OK;
+}
+
+static char* dup_string(loader* L, int32_t t, pk_status* s) {
+    char* out = pj_strdup(&L->d, t);
+    if (!out) *s = pk_fail(PK_ERR_NOMEM, GJ ": out of memory");
+    return out;
+}
+
+/* Reads a [node, output] pair and converts it to an entry id; the node must be < limit. */
+static pk_status entry_ref(loader* L, int32_t t, int32_t limit, const char* where, int32_t i,
+                           int32_t* eid) {
+    pk_graph* g = L->g;
+    int64_t n, k;
+    if (L->d.toks[t].type != PJ_ARR || L->d.toks[t].count != 2)
+        return pk_fail(PK_ERR_FORMAT, GJ ": %s[%d]: expected [node, output]", where, (int)i);
+    if (!pj_int(&L->d, t + 1, &n) || !pj_int(&L->d, t + 2, &k) || n < 0 || n >= limit)
+        return pk_fail(PK_ERR_FORMAT, GJ ": %s[%d]: node index must be an integer in [0, %d)",
+                       where, (int)i, (int)limit);
+    if (k < 0 || k >= g->nodes[n].num_outputs)
+        return pk_fail(PK_ERR_FORMAT, GJ ": %s[%d]: node %d has no output %lld", where, (int)i,
+                       (int)n, (long long)k);
+    *eid = g->row_ptr[n] + (int32_t)k;
+    return PK_OK;
+}
+
+static pk_status parse_node(loader* L, int32_t t, int32_t i) {
+    static const char* const ops[] = {"input", "param", "kernel"};
+    pk_node* node = &L->g->nodes[i];
+    pk_status s = PK_OK;
+    char where[48];
+    snprintf(where, sizeof where, "nodes[%d]", (int)i);
+    if (L->d.toks[t].type != PJ_OBJ)
+        return pk_fail(PK_ERR_FORMAT, GJ ": %s: expected an object", where);
+    int32_t op = field(L, t, where, "op", PJ_STR, &s);
+    int32_t name = field(L, t, where, "name", PJ_STR, &s);
+    if (s) return s;
+    node->op = -1;
+    for (int32_t k = 0; k < 3; k++)
+        if (pj_streq(&L->d, op, ops[k])) node->op = k;
+    if (node->op < 0)
+        return pk_fail(PK_ERR_FORMAT, GJ ": %s.op: must be input, param or kernel", where);
+    if (!(node->name = dup_string(L, name, &s))) return s;
+    int64_t nout = 1;
+    int32_t t_nout = pj_get(&L->d, t, "num_outputs");
+    if (t_nout >= 0 && !pj_int(&L->d, t_nout, &nout))
+        return pk_fail(PK_ERR_FORMAT, GJ ": %s.num_outputs: expected an integer", where);
+    if (node->op == PK_NODE_KERNEL) {
+        int32_t func = field(L, t, where, "func", PJ_STR, &s);
+        if (s || !(node->func = dup_string(L, func, &s))) return s;
+        if (nout < 1 || nout > INT32_MAX / 2)
+            return pk_fail(PK_ERR_FORMAT, GJ ": %s.num_outputs: %lld is out of range", where,
+                           (long long)nout);
+    } else if (nout != 1) {
+        return pk_fail(PK_ERR_FORMAT, GJ ": %s.num_outputs: input and param nodes have 1",
+                       where);
+    }
+    node->num_outputs = (int32_t)nout;
+    return PK_OK;
+}
+
+/* Node inputs are resolved after node_row_ptr is known; they must name earlier nodes. */
+static pk_status parse_node_inputs(loader* L, int32_t t, int32_t i) {
+    pk_node* node = &L->g->nodes[i];
+    pk_status s = PK_OK;
+    char where[48];
+    snprintf(where, sizeof where, "nodes[%d]", (int)i);
+    int32_t in = field(L, t, where, "inputs", PJ_ARR, &s);
+    if (s) return s;
+    snprintf(where, sizeof where, "nodes[%d].inputs", (int)i);
+    node->num_inputs = L->d.toks[in].count;
+    if (node->op != PK_NODE_KERNEL && node->num_inputs != 0)
+        return pk_fail(PK_ERR_FORMAT, GJ ": %s: input and param nodes take no inputs", where);
+    node->inputs = calloc((size_t)node->num_inputs + 1, sizeof *node->inputs);
+    if (!node->inputs) return pk_fail(PK_ERR_NOMEM, GJ ": out of memory");
+    int32_t e = in + 1;
+    for (int32_t k = 0; k < node->num_inputs; k++, e = L->d.toks[e].next)
+        if ((s = entry_ref(L, e, i, where, k, &node->inputs[k]))) return s;
+    return PK_OK;
+}
+
+static pk_status parse_nodes(loader* L) {
+    pk_graph* g = L->g;
+    pk_status s = PK_OK;
+    int32_t nodes = field(L, L->root, "(root)", "nodes", PJ_ARR, &s);
+    int32_t rp = field(L, L->root, "(root)", "node_row_ptr", PJ_ARR, &s);
+    if (s) return s;
+    g->num_nodes = L->d.toks[nodes].count;
+    g->nodes = calloc((size_t)g->num_nodes + 1, sizeof *g->nodes);
+    g->row_ptr = calloc((size_t)g->num_nodes + 1, sizeof *g->row_ptr);
+    if (!g->nodes || !g->row_ptr) return pk_fail(PK_ERR_NOMEM, GJ ": out of memory");
+    int32_t t = nodes + 1;
+    for (int32_t i = 0; i < g->num_nodes; i++, t = L->d.toks[t].next)
+        if ((s = parse_node(L, t, i))) return s;
+    if ((s = check_len(L, rp, (int64_t)g->num_nodes + 1, "node_row_ptr"))) return s;
+    /* node_row_ptr must be the prefix sums of num_outputs. */
+    t = rp + 1;
+    for (int32_t i = 0; i <= g->num_nodes; i++, t = L->d.toks[t].next) {
+        int64_t v, want = i == 0 ? 0 : (int64_t)g->row_ptr[i - 1] + g->nodes[i - 1].num_outputs;
+        if ((s = get_int(L, t, 0, INT32_MAX / 2, "node_row_ptr", i, &v))) return s;
+        if (v != want)
+            return pk_fail(PK_ERR_FORMAT,
+                           GJ ": node_row_ptr[%d]: %lld, but node outputs sum to %lld", (int)i,
+                           (long long)v, (long long)want);
+        g->row_ptr[i] = (int32_t)v;
+    }
+    g->num_entries = g->row_ptr[g->num_nodes];
+    t = nodes + 1;
+    for (int32_t i = 0; i < g->num_nodes; i++, t = L->d.toks[t].next)
+        if ((s = parse_node_inputs(L, t, i))) return s;
+    return PK_OK;
+}
+
+static pk_status parse_shapes(loader* L, int32_t attrs) {
+    pk_graph* g = L->g;
+    pk_status s = PK_OK;
+    int32_t sh = field(L, attrs, "attrs", "shape", PJ_ARR, &s);
+    if (s || (s = check_len(L, sh, g->num_entries, "attrs.shape"))) return s;
+    size_t total = 0;
+    int32_t t = sh + 1;
+    for (int32_t e = 0; e < g->num_entries; e++, t = L->d.toks[t].next) {
+        if (L->d.toks[t].type != PJ_ARR || L->d.toks[t].count > PK_MAX_NDIM)
+            return pk_fail(PK_ERR_FORMAT, GJ ": attrs.shape[%d]: expected a list of at most %d "
+                           "dims", (int)e, PK_MAX_NDIM);
+        total += (size_t)L->d.toks[t].count;
+    }
+    g->dims = calloc(total + 1, sizeof *g->dims);
+    if (!g->dims) return pk_fail(PK_ERR_NOMEM, GJ ": out of memory");
+    int64_t* dim = g->dims;
+    t = sh + 1;
+    for (int32_t e = 0; e < g->num_entries; e++, t = L->d.toks[t].next) {
+        pk_entry* en = &g->entries[e];
+        en->shape = dim;
+        en->ndim = L->d.toks[t].count;
+        int32_t d = t + 1;
+        for (int32_t k = 0; k < en->ndim; k++, d = L->d.toks[d].next)
+            if (!pj_int(&L->d, d, &dim[k]) || dim[k] < 0)
+                return pk_fail(PK_ERR_FORMAT,
+                               GJ ": attrs.shape[%d][%d]: expected a non-negative integer",
+                               (int)e, (int)k);
+        dim += en->ndim;
+    }
+    return PK_OK;
+}
+
+static pk_status parse_attrs(loader* L) {
+    pk_graph* g = L->g;
+    pk_status s = PK_OK;
+    int32_t attrs = field(L, L->root, "(root)", "attrs", PJ_OBJ, &s);
+    if (s) return s;
+    int32_t dt = field(L, attrs, "attrs", "dtype", PJ_ARR, &s);
+    int32_t sid = field(L, attrs, "attrs", "storage_id", PJ_ARR, &s);
+    if (s || (s = check_len(L, dt, g->num_entries, "attrs.dtype")) ||
+        (s = check_len(L, sid, g->num_entries, "attrs.storage_id")))
+        return s;
+    g->entries = calloc((size_t)g->num_entries + 1, sizeof *g->entries);
+    if (!g->entries) return pk_fail(PK_ERR_NOMEM, GJ ": out of memory");
+    if ((s = parse_shapes(L, attrs))) return s;
+    int32_t td = dt + 1, ts = sid + 1;
+    for (int32_t e = 0; e < g->num_entries; e++) {
+        pk_entry* en = &g->entries[e];
+        const pk_dtype_desc* desc = NULL;
+        if (L->d.toks[td].type == PJ_STR && L->d.toks[td].len < 16) { /* longest is 7 */
+            char* str = pj_strdup(&L->d, td);
+            if (str) desc = pk_dtype_by_name(str);
+            free(str);
+        }
+        if (!desc) return pk_fail(PK_ERR_FORMAT, GJ ": attrs.dtype[%d]: unknown dtype", (int)e);
+        en->dtype = (int32_t)desc->code;
+        if (!pk_shape_bytes(en->shape, en->ndim, desc->size, &en->bytes))
+            return pk_fail(PK_ERR_FORMAT, GJ ": attrs.shape[%d]: size overflows", (int)e);
+        int64_t v;
+        if ((s = get_int(L, ts, 0, INT32_MAX - 1, "attrs.storage_id", e, &v))) return s;
+        en->sid = (int32_t)v;
+        td = L->d.toks[td].next;
+        ts = L->d.toks[ts].next;
+    }
+    for (int32_t n = 0; n < g->num_nodes; n++)
+        for (int32_t e = g->row_ptr[n]; e < g->row_ptr[n + 1]; e++) g->entries[e].node = n;
+    return PK_OK;
+}
+
+static pk_status parse_storage_item(loader* L, int32_t t, int32_t i) {
+    static const char* const kinds[] = {"input", "param", "output", "arena"};
+    pk_storage* st = &L->g->storage[i];
+    pk_status s = PK_OK;
+    char where[48];
+    int64_t v;
+    snprintf(where, sizeof where, "storage[%d]", (int)i);
+    if (L->d.toks[t].type != PJ_OBJ)
+        return pk_fail(PK_ERR_FORMAT, GJ ": %s: expected an object", where);
+    int32_t kind = field(L, t, where, "kind", PJ_STR, &s);
+    int32_t bytes = field(L, t, where, "bytes", PJ_NUM, &s);
+    if (s) return s;
+    st->kind = -1;
+    for (int32_t k = 0; k < 4; k++)
+        if (pj_streq(&L->d, kind, kinds[k])) st->kind = k;
+    if (st->kind < 0)
+        return pk_fail(PK_ERR_FORMAT, GJ ": %s.kind: must be input, param, output or arena",
+                       where);
+    /* INT64_MAX / 2 keeps offset + bytes and the 64-byte rounding free of overflow. */
+    if ((s = get_int(L, bytes, 0, INT64_MAX / 2, "storage.bytes", i, &v))) return s;
+    st->bytes = (size_t)v;
+    if (st->kind == PK_ST_ARENA) {
+        int32_t off = field(L, t, where, "offset", PJ_NUM, &s);
+        if (s || (s = get_int(L, off, 0, INT64_MAX / 2, "storage.offset", i, &v))) return s;
+        if (v % PK_ALIGN != 0 || (uint64_t)v + st->bytes > L->g->arena_bytes)
+            return pk_fail(PK_ERR_FORMAT,
+                           GJ ": %s: offset %lld + bytes %zu is misaligned or past "
+                           "arena_bytes %zu",
+                           where, (long long)v, st->bytes, L->g->arena_bytes);
+        st->offset = (size_t)v;
+    }
+    if (st->kind == PK_ST_PARAM) {
+        int32_t p = field(L, t, where, "param", PJ_STR, &s);
+        if (s || !(st->param = dup_string(L, p, &s))) return s;
+    }
+    return PK_OK;
+}
+
+static pk_status parse_storage(loader* L) {
+    pk_graph* g = L->g;
+    pk_status s = PK_OK;
+    int64_t v;
+    int32_t st = field(L, L->root, "(root)", "storage", PJ_ARR, &s);
+    int32_t ab = field(L, L->root, "(root)", "arena_bytes", PJ_NUM, &s);
+    if (s || (s = get_int(L, ab, 0, INT64_MAX / 4, "arena_bytes", 0, &v))) return s;
+    g->arena_bytes = (size_t)v;
+    g->num_storage = L->d.toks[st].count;
+    g->storage = calloc((size_t)g->num_storage + 1, sizeof *g->storage);
+    if (!g->storage) return pk_fail(PK_ERR_NOMEM, GJ ": out of memory");
+    int32_t t = st + 1;
+    for (int32_t i = 0; i < g->num_storage; i++, t = L->d.toks[t].next)
+        if ((s = parse_storage_item(L, t, i))) return s;
+    return PK_OK;
+}
+
+/* arg_nodes must list exactly the input and param nodes, ascending. */
+static pk_status check_arg_nodes(loader* L) {
+    pk_graph* g = L->g;
+    pk_status s = PK_OK;
+    int32_t an = field(L, L->root, "(root)", "arg_nodes", PJ_ARR, &s);
+    if (s) return s;
+    int32_t t = an + 1, k = 0;
+    for (int32_t n = 0; n < g->num_nodes; n++) {
+        if (g->nodes[n].op == PK_NODE_KERNEL) continue;
+        int64_t v = -1;
+        if (k < L->d.toks[an].count) pj_int(&L->d, t, &v);
+        if (v != n)
+            return pk_fail(PK_ERR_FORMAT,
+                           GJ ": arg_nodes[%d]: expected node %d (the input and param nodes, "
+                           "ascending)", (int)k, (int)n);
+        k++;
+        t = L->d.toks[t].next;
+    }
+    if (k != L->d.toks[an].count)
+        return pk_fail(PK_ERR_FORMAT, GJ ": arg_nodes: has %d elements, expected %d",
+                       (int)L->d.toks[an].count, (int)k);
+    return PK_OK;
+}
+
+static pk_status parse_io(loader* L) {
+    pk_graph* g = L->g;
+    pk_status s = PK_OK;
+    int32_t heads = field(L, L->root, "(root)", "heads", PJ_ARR, &s);
+    int32_t outs = field(L, L->root, "(root)", "outputs", PJ_ARR, &s);
+    if (s || (s = check_len(L, outs, L->d.toks[heads].count, "outputs"))) return s;
+    g->num_outputs = L->d.toks[heads].count;
+    for (int32_t n = 0; n < g->num_nodes; n++) g->num_inputs += g->nodes[n].op == PK_NODE_INPUT;
+    g->output_entries = calloc((size_t)g->num_outputs + 1, sizeof *g->output_entries);
+    g->output_names = calloc((size_t)g->num_outputs + 1, sizeof *g->output_names);
+    g->input_entries = calloc((size_t)g->num_inputs + 1, sizeof *g->input_entries);
+    g->input_set = calloc((size_t)g->num_inputs + 1, 1);
+    if (!g->output_entries || !g->output_names || !g->input_entries || !g->input_set)
+        return pk_fail(PK_ERR_NOMEM, GJ ": out of memory");
+    int32_t th = heads + 1, to = outs + 1;
+    for (int32_t i = 0; i < g->num_outputs; i++) {
+        if ((s = entry_ref(L, th, g->num_nodes, "heads", i, &g->output_entries[i]))) return s;
+        if (L->d.toks[to].type != PJ_STR)
+            return pk_fail(PK_ERR_FORMAT, GJ ": outputs[%d]: expected a string", (int)i);
+        if (!(g->output_names[i] = dup_string(L, to, &s))) return s;
+        th = L->d.toks[th].next;
+        to = L->d.toks[to].next;
+    }
+    for (int32_t n = 0, k = 0; n < g->num_nodes; n++)
+        if (g->nodes[n].op == PK_NODE_INPUT) g->input_entries[k++] = g->row_ptr[n];
+    return PK_OK;
+}
+
+/* Names of inputs, and of outputs, must be non-empty and unique (tools address them by name). */
+static pk_status check_names(const pk_graph* g) {
+    for (int32_t i = 0; i < g->num_inputs; i++) {
+        const char* a = g->nodes[g->entries[g->input_entries[i]].node].name;
+        if (!a[0]) return pk_fail(PK_ERR_FORMAT, GJ ": input %d has an empty name", (int)i);
+        for (int32_t j = 0; j < i; j++)
+            if (!strcmp(a, g->nodes[g->entries[g->input_entries[j]].node].name))
+                return pk_fail(PK_ERR_FORMAT, GJ ": inputs %d and %d share name '%s'", (int)j,
+                               (int)i, a);
+    }
+    for (int32_t i = 0; i < g->num_outputs; i++) {
+        if (!g->output_names[i][0])
+            return pk_fail(PK_ERR_FORMAT, GJ ": outputs[%d] is empty", (int)i);
+        for (int32_t j = 0; j < i; j++)
+            if (!strcmp(g->output_names[i], g->output_names[j]))
+                return pk_fail(PK_ERR_FORMAT, GJ ": outputs %d and %d share name '%s'", (int)j,
+                               (int)i, g->output_names[i]);
+    }
+    return PK_OK;
+}
+
+/* Each entry's storage must exist, be big enough and be of the kind its producer needs;
+ * input, param and output storages belong to exactly one entry. */
+static pk_status check_storage_use(pk_graph* g) {
+    static const char* const kinds[] = {"input", "param", "output", "arena"};
+    int32_t* users = calloc((size_t)g->num_storage + 1, sizeof *users);
+    if (!users) return pk_fail(PK_ERR_NOMEM, GJ ": out of memory");
+    pk_status s = PK_OK;
+    for (int32_t e = 0; e < g->num_entries && !s; e++) {
+        const pk_entry* en = &g->entries[e];
+        const pk_node* node = &g->nodes[en->node];
+        if (en->sid >= g->num_storage) {
+            s = pk_fail(PK_ERR_FORMAT, GJ ": attrs.storage_id[%d]: %d is not below %d storages",
+                        (int)e, (int)en->sid, (int)g->num_storage);
+            break;
+        }
+        const pk_storage* st = &g->storage[en->sid];
+        int ok = node->op == PK_NODE_INPUT   ? st->kind == PK_ST_INPUT
+                 : node->op == PK_NODE_PARAM ? st->kind == PK_ST_PARAM && !strcmp(st->param,
+                                                                                  node->name)
+                                             : st->kind == PK_ST_OUTPUT || st->kind == PK_ST_ARENA;
+        if (!ok)
+            s = pk_fail(PK_ERR_FORMAT,
+                        GJ ": entry %d (node %d '%s'): storage %d of kind %s does not fit the "
+                        "node (param storages must name the node's tensor)",
+                        (int)e, (int)en->node, node->name, (int)en->sid, kinds[st->kind]);
+        else if (st->bytes < en->bytes)
+            s = pk_fail(PK_ERR_FORMAT, GJ ": entry %d needs %zu bytes, storage %d has %zu",
+                        (int)e, en->bytes, (int)en->sid, st->bytes);
+        else if (st->kind != PK_ST_ARENA && ++users[en->sid] > 1)
+            s = pk_fail(PK_ERR_FORMAT, GJ ": storage %d (kind %s) is used by several entries",
+                        (int)en->sid, kinds[st->kind]);
+    }
+    free(users);
+    return s;
+}
+
+/* Kernel lookup: bisect when the table is sorted (the packager writes it so), else scan. */
+static pk_kernel_fn find_kernel(const char* name) {
+    static int sorted = -1;
+    if (sorted < 0) {
+        sorted = 1;
+        for (int32_t i = 1; i < pk_kernel_count; i++)
+            if (strcmp(pk_kernel_table[i - 1].name, pk_kernel_table[i].name) >= 0) sorted = 0;
+    }
+    int32_t lo = 0, hi = pk_kernel_count;
+    if (!sorted) {
+        for (int32_t i = 0; i < pk_kernel_count; i++)
+            if (!strcmp(pk_kernel_table[i].name, name)) return pk_kernel_table[i].fn;
+        return NULL;
+    }
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(pk_kernel_table[mid].name, name);
+        if (c == 0) return pk_kernel_table[mid].fn;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+
+static pk_status resolve_kernels(pk_graph* g) {
+    for (int32_t n = 0; n < g->num_nodes; n++) {
+        pk_node* node = &g->nodes[n];
+        if (node->op != PK_NODE_KERNEL) continue;
+        node->fn = find_kernel(node->func);
+        if (!node->fn)
+            return pk_fail(PK_ERR_FORMAT, GJ ": nodes[%d] '%s': func '%s' is not in the kernel "
+                           "table", (int)n, node->name, node->func);
+    }
+    return PK_OK;
+}
+
+/* Entries sharing an arena storage id must have disjoint lifetimes: every read must see the
+ * entry that was last written to that storage. Heads are read after the last node. */
+static pk_status check_lifetimes(const pk_graph* g) {
+    int32_t* owner = malloc(((size_t)g->num_storage + 1) * sizeof *owner);
+    if (!owner) return pk_fail(PK_ERR_NOMEM, GJ ": out of memory");
+    pk_status s = PK_OK;
+    for (int32_t i = 0; i < g->num_storage; i++) owner[i] = -1;
+    for (int32_t n = 0; n <= g->num_nodes && !s; n++) {
+        const pk_node* node = n < g->num_nodes ? &g->nodes[n] : NULL;
+        int32_t nin = node ? node->num_inputs : g->num_outputs;
+        const int32_t* in = node ? node->inputs : g->output_entries;
+        for (int32_t k = 0; k < nin && !s; k++)
+            if (owner[g->entries[in[k]].sid] != in[k])
+                s = pk_fail(PK_ERR_FORMAT,
+                            GJ ": %s %d reads entry %d, but its storage %d was overwritten by "
+                            "entry %d", node ? "node" : "head", (int)(node ? n : k),
+                            (int)in[k], (int)g->entries[in[k]].sid,
+                            (int)owner[g->entries[in[k]].sid]);
+        if (node)
+            for (int32_t e = g->row_ptr[n]; e < g->row_ptr[n + 1]; e++) owner[g->entries[e].sid] = e;
+    }
+    free(owner);
+    return s;
+}
+
+/* Sums the 64-aligned sizes of the arena and the input and output storages. */
+static void plan_memory(pk_graph* g) {
+    size_t off = pk_align_up(g->arena_bytes);
+    for (int32_t i = 0; i < g->num_storage; i++) {
+        pk_storage* st = &g->storage[i];
+        if (st->kind != PK_ST_INPUT && st->kind != PK_ST_OUTPUT) continue;
+        st->offset = off;
+        off += pk_align_up(st->bytes);
+    }
+    g->memory_bytes = off;
+}
+
+static pk_status check_header(loader* L) {
+    pk_status s = PK_OK;
+    int64_t version = 0;
+    if (L->d.toks[0].type != PJ_OBJ)
+        return pk_fail(PK_ERR_FORMAT, GJ ": top level is not an object");
+    int32_t fmt = field(L, L->root, "(root)", "format", PJ_STR, &s);
+    int32_t ver = field(L, L->root, "(root)", "version", PJ_NUM, &s);
+    if (s) return s;
+    if (!pj_streq(&L->d, fmt, "packager-graph"))
+        return pk_fail(PK_ERR_FORMAT, GJ ": format is not \"packager-graph\"");
+    if (!pj_int(&L->d, ver, &version) || version != 1)
+        return pk_fail(PK_ERR_FORMAT, GJ ": version is not 1");
+    return PK_OK;
+}
+
+/* Sizes of storages are summed in plan_memory; the limits in parse_storage_item (each
+ * below INT64_MAX/2) do not bound the sum of many, so check it here. */
+static pk_status check_total(const pk_graph* g) {
+    uint64_t total = pk_align_up(g->arena_bytes);
+    for (int32_t i = 0; i < g->num_storage; i++) {
+        const pk_storage* st = &g->storage[i];
+        if (st->kind != PK_ST_INPUT && st->kind != PK_ST_OUTPUT) continue;
+        total += pk_align_up(st->bytes);
+        if (total > (uint64_t)INT64_MAX / 2 || total > SIZE_MAX / 2)
+            return pk_fail(PK_ERR_FORMAT, GJ ": input and output storages are too large");
+    }
+    return PK_OK;
+}
+
+pk_status pk_graph_parse(pk_graph* g, const char* json, size_t json_len) {
+    loader L;
+    L.g = g;
+    L.root = 0;
+    pk_status s = pj_parse(&L.d, json, json_len, GJ);
+    if (s) return s;
+    if (!(s = check_header(&L)) && !(s = parse_nodes(&L)) && !(s = parse_attrs(&L)) &&
+        !(s = parse_storage(&L)) && !(s = check_arg_nodes(&L)) && !(s = parse_io(&L)) &&
+        !(s = check_names(g)) && !(s = check_storage_use(g)) && !(s = check_total(g)) &&
+        !(s = check_lifetimes(g)) && !(s = resolve_kernels(g)))
+        plan_memory(g);
+    pj_free(&L.d);
+    return s;
+}

@@ -1,0 +1,67 @@
+/* pk_graph.h - the in-memory graph, shared by the loader (pk_graph.c) and the executor
+ * (pk_exec.c). Internal: users only see the opaque pk_graph. */
+#ifndef PK_GRAPH_H
+#define PK_GRAPH_H
+
+#include "pk_internal.h"
+
+enum { PK_NODE_INPUT, PK_NODE_PARAM, PK_NODE_KERNEL };
+enum { PK_ST_INPUT, PK_ST_PARAM, PK_ST_OUTPUT, PK_ST_ARENA };
+
+typedef struct {
+    int32_t dtype;
+    int32_t ndim;
+    int64_t* shape; /* points into pk_graph.dims */
+    size_t bytes;
+    int32_t sid;  /* storage id */
+    int32_t node; /* producing node */
+} pk_entry;
+
+typedef struct {
+    int32_t op;
+    char* name;
+    char* func;
+    pk_kernel_fn fn;
+    int32_t num_inputs, num_outputs;
+    int32_t* inputs; /* entry ids */
+    void** args;     /* input buffers then output buffers, as the kernel ABI wants */
+} pk_node;
+
+typedef struct {
+    int32_t kind;
+    size_t bytes;
+    size_t offset; /* arena: offset in the arena; input/output: offset in `memory` */
+    char* param;   /* param: tensor name */
+    unsigned char* ptr;
+} pk_storage;
+
+struct pk_graph {
+    int32_t num_nodes, num_entries, num_storage;
+    pk_node* nodes;
+    int32_t* row_ptr;
+    pk_entry* entries;
+    int64_t* dims; /* all entry shapes, back to back */
+    pk_storage* storage;
+    size_t arena_bytes;
+    size_t memory_bytes; /* arena + input and output storages, each 64-aligned */
+
+    int32_t num_inputs, num_outputs;
+    int32_t* input_entries;
+    int32_t* output_entries;
+    char** output_names;
+    unsigned char* input_set;
+
+    unsigned char* memory;
+    int own_memory;
+    void* own_params; /* params buffer the graph frees, if any */
+};
+
+/* Parses and validates graph.json into g (no params, no memory); pk_graph_free_parts undoes. */
+pk_status pk_graph_parse(pk_graph* g, const char* json, size_t json_len);
+/* Binds param storages to params.bin tensors, checking names, dtypes and shapes. */
+pk_status pk_graph_bind_params(pk_graph* g, const void* params, size_t params_len);
+/* Points every storage into memory, builds kernel argument arrays, checks aliasing. */
+pk_status pk_graph_place(pk_graph* g, unsigned char* memory);
+void pk_graph_free_parts(pk_graph* g);
+
+#endif

@@ -1,0 +1,41 @@
+/* Kernel table for the runtime tests: fixed-size float32 kernels on 4 elements. */
+#include "pk_kernel.h"
+
+static int32_t k_add4(void* const* args) {
+    const float* a = args[0];
+    const float* b = args[1];
+    float* y = args[2];
+    for (int i = 0; i < 4; i++) y[i] = a[i] + b[i];
+    return 0;
+}
+
+typedef struct {
+    const float* x;
+    float* y;
+} relu_ctx;
+
+static void relu_body(void* ctx, int64_t i) {
+    relu_ctx* c = ctx;
+    c->y[i] = c->x[i] > 0 ? c->x[i] : 0;
+}
+
+static int32_t k_relu4(void* const* args) {
+    relu_ctx c = {args[0], args[1]};
+    pk_parallel_for(relu_body, &c, 4);
+    return 0;
+}
+
+/* Fails when its first input element is negative, as a data-dependent kernel would. */
+static int32_t k_check4(void* const* args) {
+    const float* a = args[0];
+    float* y = args[1];
+    memcpy(y, a, 4 * sizeof *a);
+    return a[0] < 0 ? 7 : 0;
+}
+
+const pk_kernel_entry pk_kernel_table[] = {
+    {"k_add4", k_add4},
+    {"k_check4", k_check4},
+    {"k_relu4", k_relu4},
+};
+const int32_t pk_kernel_count = 3;

@@ -1,0 +1,381 @@
+/* run_bundle: run a packaged model on .npy inputs, time it, or check it against its selftest.
+ * Exit codes: 0 ok, 1 internal error, 2 bad usage/input/bundle, 3 selftest mismatch. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "pk_internal.h"
+#include "pk_npy.h"
+#include "pk_runtime.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+enum { EXIT_INTERNAL = 1, EXIT_BAD_INPUT = 2, EXIT_MISMATCH = 3 };
+
+static const char usage_text[] =
+    "usage: run_bundle BUNDLE_DIR [--input NAME=FILE.npy]... [--output-dir DIR]\n"
+    "                  [--repeat N] [--selftest [--rtol R] [--atol A]]\n"
+    "\n"
+    "Loads BUNDLE_DIR/graph.json and BUNDLE_DIR/params.bin and runs the model once.\n"
+    "\n"
+    "  --input NAME=FILE   value of model input NAME, a little-endian C-order .npy whose\n"
+    "                      dtype and shape must match the input exactly; every input needs one\n"
+    "  --output-dir DIR    write each output to DIR/<name>.npy (DIR is created; characters of\n"
+    "                      the name outside [A-Za-z0-9._-] become '_')\n"
+    "  --repeat N          after the first (warm-up) run, time N more runs; the last line of\n"
+    "                      stdout is {\"median_ms\": x, \"min_ms\": y, \"mean_ms\": z, \"repeat\": N}\n"
+    "  --selftest          take inputs from BUNDLE_DIR/selftest/input_<i>.npy and compare the\n"
+    "                      outputs with selftest/output_<i>.npy: floats pass when\n"
+    "                      |got - want| <= atol + rtol * |want| (NaN equals NaN), other dtypes\n"
+    "                      must be equal; prints the max errors per output, then\n"
+    "                      'selftest: PASS' or 'selftest: FAIL'\n"
+    "  --rtol R, --atol A  tolerances for --selftest (default: selftest/tolerance.json, else\n"
+    "                      rtol 1e-3, atol 1e-5)\n"
+    "  --help              this text\n"
+    "\n"
+    "Exit status: 0 success, 1 internal error (e.g. out of memory), 2 bad usage, bad input,\n"
+    "bad bundle or a kernel rejecting its data, 3 selftest mismatch.\n";
+
+typedef struct {
+    const char* bundle;
+    const char** inputs; /* "NAME=FILE" */
+    int num_inputs;
+    const char* output_dir;
+    long repeat;
+    int selftest;
+    double rtol, atol;
+    int have_rtol, have_atol;
+} options;
+
+static int fail(int code, const char* fmt, const char* a, const char* b) {
+    fprintf(stderr, "run_bundle: ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, "\n");
+    return code;
+}
+
+static int status_exit(pk_status s) {
+    return s == PK_ERR_NOMEM ? EXIT_INTERNAL : EXIT_BAD_INPUT;
+}
+
+static int parse_number(const char* s, double* out) {
+    char* end;
+    errno = 0;
+    *out = strtod(s, &end);
+    return *s && !*end && !errno && *out >= 0;
+}
+
+/* Returns -1 on success, else an exit code. */
+static int parse_args(int argc, char** argv, options* o) {
+    o->inputs = calloc((size_t)argc, sizeof *o->inputs);
+    if (!o->inputs) return fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+        double d;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage_text, stdout);
+            return 0;
+        } else if (!strcmp(a, "--selftest")) {
+            o->selftest = 1;
+        } else if (!strcmp(a, "--input") || !strcmp(a, "--output-dir") ||
+                   !strcmp(a, "--repeat") || !strcmp(a, "--rtol") || !strcmp(a, "--atol")) {
+            if (!v) return fail(EXIT_BAD_INPUT, "%s needs a value%s (see --help)", a, "");
+            i++;
+            if (!strcmp(a, "--input")) {
+                if (!strchr(v, '=')) return fail(EXIT_BAD_INPUT, "--input wants NAME=FILE, got '%s'%s", v, "");
+                o->inputs[o->num_inputs++] = v;
+            } else if (!strcmp(a, "--output-dir")) {
+                o->output_dir = v;
+            } else if (!parse_number(v, &d)) {
+                return fail(EXIT_BAD_INPUT, "%s wants a non-negative number, got '%s'", a, v);
+            } else if (!strcmp(a, "--repeat")) {
+                if (d != floor(d) || d < 1 || d > 1e9)
+                    return fail(EXIT_BAD_INPUT, "--repeat wants an integer >= 1, got '%s'%s", v, "");
+                o->repeat = (long)d;
+            } else if (!strcmp(a, "--rtol")) {
+                o->rtol = d, o->have_rtol = 1;
+            } else {
+                o->atol = d, o->have_atol = 1;
+            }
+        } else if (a[0] == '-' || o->bundle) {
+            return fail(EXIT_BAD_INPUT, "unexpected argument '%s'%s (see --help)", a, "");
+        } else {
+            o->bundle = a;
+        }
+    }
+    if (!o->bundle) return fail(EXIT_BAD_INPUT, "missing BUNDLE_DIR%s%s (see --help)", "", "");
+    if (o->selftest && o->num_inputs)
+        return fail(EXIT_BAD_INPUT, "--selftest takes its inputs from selftest/%s%s", "", "");
+    return -1;
+}
+
+/* "float32[1, 3, 8, 8]" into buf. */
+static const char* describe(char* buf, size_t cap, pk_dtype dt, int32_t ndim,
+                            const int64_t* shape) {
+    int n = snprintf(buf, cap, "%s[", pk_dtype_name(dt));
+    for (int32_t i = 0; i < ndim && n > 0 && (size_t)n < cap; i++)
+        n += snprintf(buf + n, cap - (size_t)n, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, "]");
+    return buf;
+}
+
+static int same_type(const pk_tensor_info* t, const pk_npy* a) {
+    if (t->dtype != a->dtype || t->ndim != a->ndim) return 0;
+    for (int32_t i = 0; i < t->ndim; i++)
+        if (t->shape[i] != a->shape[i]) return 0;
+    return 1;
+}
+
+/* Loads FILE into graph input i after checking dtype and shape. */
+static int set_input_file(pk_graph* g, int32_t i, const char* path) {
+    pk_tensor_info info;
+    pk_npy a;
+    void* buf;
+    char want[512], got[512];
+    pk_graph_input_info(g, i, &info);
+    pk_status s = pk_npy_load(path, &a, &buf);
+    if (s) return fail(status_exit(s), "input '%s': %s", info.name, pk_last_error());
+    if (!same_type(&info, &a)) {
+        fprintf(stderr, "run_bundle: input '%s' (%s): expected %s, got %s\n", info.name, path,
+                describe(want, sizeof want, info.dtype, info.ndim, info.shape),
+                describe(got, sizeof got, a.dtype, a.ndim, a.shape));
+        pk_npy_free(buf);
+        return EXIT_BAD_INPUT;
+    }
+    s = pk_graph_set_input(g, i, a.data, a.bytes);
+    pk_npy_free(buf);
+    return s ? fail(EXIT_INTERNAL, "%s%s", pk_last_error(), "") : -1;
+}
+
+static int set_inputs(pk_graph* g, const options* o) {
+    int32_t n = pk_graph_num_inputs(g);
+    char* given = calloc((size_t)n + 1, 1);
+    char path[4096], name[1024];
+    int rc = -1;
+    if (!given) return fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
+    for (int32_t i = 0; i < (o->selftest ? n : o->num_inputs) && rc < 0; i++) {
+        int32_t k = i;
+        if (o->selftest) {
+            snprintf(path, sizeof path, "%s/selftest/input_%d.npy", o->bundle, (int)i);
+        } else {
+            const char* eq = strchr(o->inputs[i], '=');
+            snprintf(name, sizeof name, "%.*s", (int)(eq - o->inputs[i]), o->inputs[i]);
+            snprintf(path, sizeof path, "%s", eq + 1);
+            k = pk_graph_input_index(g, name);
+            if (k < 0) rc = fail(EXIT_BAD_INPUT, "the model has no input '%s'%s", name, "");
+            else if (given[k]) rc = fail(EXIT_BAD_INPUT, "input '%s' given twice%s", name, "");
+        }
+        if (rc < 0) rc = set_input_file(g, k, path);
+        if (rc < 0) given[k] = 1;
+    }
+    for (int32_t i = 0; i < n && rc < 0; i++) {
+        pk_tensor_info info;
+        pk_graph_input_info(g, i, &info);
+        if (!given[i]) rc = fail(EXIT_BAD_INPUT, "missing --input %s=FILE.npy%s", info.name, "");
+    }
+    free(given);
+    return rc;
+}
+
+static int make_dirs(const char* dir) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) return -1;
+    for (char* p = path + 1;; p++) {
+        if (*p != '/' && *p) continue;
+        char c = *p;
+        *p = 0;
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) return -1;
+        if (!(*p = c)) break;
+    }
+    struct stat st;
+    return stat(dir, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
+}
+
+/* Fetches output i into a malloc'ed buffer (at least 1 byte, so 0-byte outputs work). */
+static void* fetch_output(pk_graph* g, int32_t i, pk_tensor_info* info) {
+    pk_graph_output_info(g, i, info);
+    void* data = malloc(info->bytes + 1);
+    if (data && pk_graph_get_output(g, i, data, info->bytes) != PK_OK) {
+        free(data);
+        data = NULL;
+    }
+    return data;
+}
+
+static int write_outputs(pk_graph* g, const char* dir) {
+    char path[4096];
+    if (make_dirs(dir) != 0) return fail(EXIT_INTERNAL, "cannot create directory '%s'%s", dir, "");
+    for (int32_t i = 0; i < pk_graph_num_outputs(g); i++) {
+        pk_tensor_info info;
+        void* data = fetch_output(g, i, &info);
+        if (!data) return fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
+        int n = snprintf(path, sizeof path, "%s/", dir);
+        for (const char* c = info.name; *c && (size_t)n + 5 < sizeof path; c++)
+            path[n++] = (strchr("._-", *c) && *c) || (*c >= 'a' && *c <= 'z') ||
+                                (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')
+                            ? *c
+                            : '_';
+        strcpy(path + n, ".npy");
+        pk_status s = pk_npy_save(path, info.dtype, info.ndim, info.shape, data, info.bytes);
+        free(data);
+        if (s) return fail(EXIT_INTERNAL, "%s%s", pk_last_error(), "");
+    }
+    return -1;
+}
+
+static double element(const void* p, pk_dtype dt, size_t i) {
+    switch (dt) {
+    case PK_FLOAT32: return ((const float*)p)[i];
+    case PK_FLOAT64: return ((const double*)p)[i];
+    case PK_INT8: return ((const int8_t*)p)[i];
+    case PK_INT16: return ((const int16_t*)p)[i];
+    case PK_INT32: return ((const int32_t*)p)[i];
+    case PK_INT64: return (double)((const int64_t*)p)[i];
+    case PK_UINT8: case PK_BOOL: return ((const uint8_t*)p)[i];
+    case PK_UINT16: return ((const uint16_t*)p)[i];
+    case PK_UINT32: return ((const uint32_t*)p)[i];
+    case PK_UINT64: return (double)((const uint64_t*)p)[i];
+    }
+    return 0;
+}
+
+/* Compares one output with its reference; prints a line; returns 1 if it passes. */
+static int compare_output(int32_t i, const pk_tensor_info* info, const void* got,
+                          const pk_npy* want, double rtol, double atol) {
+    char a[512], b[512];
+    if (!same_type(info, want)) {
+        printf("output %d '%s': expected %s, got %s: FAIL\n", (int)i, info->name,
+               describe(a, sizeof a, want->dtype, want->ndim, want->shape),
+               describe(b, sizeof b, info->dtype, info->ndim, info->shape));
+        return 0;
+    }
+    size_t esize = pk_dtype_by_code((int32_t)info->dtype)->size, n = info->bytes / esize, bad = 0;
+    int is_float = pk_dtype_by_code((int32_t)info->dtype)->is_float;
+    double max_abs = 0, max_rel = 0;
+    for (size_t k = 0; k < n; k++) {
+        double x = element(got, info->dtype, k), y = element(want->data, info->dtype, k);
+        if ((isnan(x) && isnan(y)) || x == y) continue;
+        double d = fabs(x - y), rel = y != 0 ? d / fabs(y) : (d > 0 ? INFINITY : 0);
+        if (isnan(d)) d = rel = INFINITY;
+        max_abs = d > max_abs ? d : max_abs;
+        max_rel = rel > max_rel ? rel : max_rel;
+        if (is_float ? !(d <= atol + rtol * fabs(y))
+                     : memcmp((const char*)got + k * esize, (const char*)want->data + k * esize,
+                              esize) != 0)
+            bad++;
+    }
+    printf("output %d '%s': max_abs_err %.6g max_rel_err %.6g mismatches %zu/%zu: %s\n", (int)i,
+           info->name, max_abs, max_rel, bad, n, bad ? "FAIL" : "ok");
+    return bad == 0;
+}
+
+static void read_tolerance(const options* o, double* rtol, double* atol) {
+    char path[4096];
+    void* buf;
+    size_t len;
+    pj_doc d;
+    snprintf(path, sizeof path, "%s/selftest/tolerance.json", o->bundle);
+    FILE* f = fopen(path, "rb");
+    if (f) fclose(f);
+    if (f && pk_read_file(path, &buf, &len) == PK_OK) {
+        if (pj_parse(&d, buf, len, "tolerance.json") == PK_OK) {
+            pj_double(&d, pj_get(&d, 0, "rtol"), rtol);
+            pj_double(&d, pj_get(&d, 0, "atol"), atol);
+            pj_free(&d);
+        }
+        pk_aligned_free(buf);
+    }
+    if (o->have_rtol) *rtol = o->rtol;
+    if (o->have_atol) *atol = o->atol;
+}
+
+static int selftest(pk_graph* g, const options* o) {
+    double rtol = 1e-3, atol = 1e-5;
+    int pass = 1;
+    char path[4096];
+    read_tolerance(o, &rtol, &atol);
+    printf("selftest: rtol %g atol %g\n", rtol, atol);
+    for (int32_t i = 0; i < pk_graph_num_outputs(g); i++) {
+        pk_tensor_info info;
+        pk_npy want;
+        void* buf;
+        snprintf(path, sizeof path, "%s/selftest/output_%d.npy", o->bundle, (int)i);
+        pk_status s = pk_npy_load(path, &want, &buf);
+        if (s) return fail(status_exit(s), "%s%s", pk_last_error(), "");
+        void* got = fetch_output(g, i, &info);
+        if (!got) {
+            pk_npy_free(buf);
+            return fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
+        }
+        pass &= compare_output(i, &info, got, &want, rtol, atol);
+        free(got);
+        pk_npy_free(buf);
+    }
+    printf("selftest: %s\n", pass ? "PASS" : "FAIL");
+    return pass ? -1 : EXIT_MISMATCH;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+static int time_runs(pk_graph* g, long repeat) {
+    double* t = malloc((size_t)repeat * sizeof *t), sum = 0;
+    if (!t) return fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
+    for (long i = 0; i < repeat; i++) {
+        double start = now_ms();
+        pk_status s = pk_graph_run(g);
+        t[i] = now_ms() - start;
+        sum += t[i];
+        if (s) {
+            free(t);
+            return fail(status_exit(s), "%s%s", pk_last_error(), "");
+        }
+    }
+    qsort(t, (size_t)repeat, sizeof *t, cmp_double);
+    double median = repeat % 2 ? t[repeat / 2] : (t[repeat / 2 - 1] + t[repeat / 2]) / 2;
+    printf("{\"median_ms\": %.6f, \"min_ms\": %.6f, \"mean_ms\": %.6f, \"repeat\": %ld}\n", median,
+           t[0], sum / (double)repeat, repeat);
+    free(t);
+    return -1;
+}
+
+static int run(const options* o) {
+    pk_graph* g;
+    pk_status s = pk_graph_load_dir(o->bundle, &g);
+    if (s) return fail(status_exit(s), "cannot load bundle '%s': %s", o->bundle, pk_last_error());
+    int rc = set_inputs(g, o);
+    if (rc < 0 && (s = pk_graph_run(g)) != PK_OK)
+        rc = fail(s == PK_ERR_KERNEL ? EXIT_BAD_INPUT : EXIT_INTERNAL, "%s%s", pk_last_error(), "");
+    if (rc < 0 && o->output_dir) rc = write_outputs(g, o->output_dir);
+    int mismatch = 0;
+    if (rc < 0 && o->selftest) {
+        rc = selftest(g, o);
+        if (rc == EXIT_MISMATCH) mismatch = 1, rc = -1;
+    }
+    if (rc < 0 && o->repeat > 0) rc = time_runs(g, o->repeat);
+    pk_graph_destroy(g);
+    fflush(stdout);
+    return rc >= 0 ? rc : mismatch ? EXIT_MISMATCH : 0;
+}
+
+int main(int argc, char** argv) {
+    options o;
+    memset(&o, 0, sizeof o);
+    int rc = parse_args(argc, argv, &o);
+    if (rc < 0) rc = run(&o);
+    free(o.inputs);
+    return rc;
+}

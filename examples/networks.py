@@ -1,0 +1,148 @@
+"""Small real-architecture networks built with onnx.helper and seeded random weights.
+
+Used by the example, the tests and the benchmarks: a tiny CNN, a MobileNetV2-style
+network (inverted residuals: 1x1 expand, 3x3 depthwise, 1x1 project, residual adds) and
+ResNet-style networks (basic blocks with batch norm and strided downsampling).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+class NetBuilder:
+    """Accumulates nodes and initializers; every name is unique and deterministic."""
+
+    def __init__(self, seed: int = 0, opset: int = 13):
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.opset = opset
+        self._n = 0
+
+    def name(self, hint: str) -> str:
+        self._n += 1
+        return f"{hint}_{self._n}"
+
+    def weight(self, shape, hint: str, scale: float | None = None) -> str:
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else int(shape[0])
+        scale = scale if scale is not None else (2.0 / max(fan_in, 1)) ** 0.5
+        name = self.name(hint)
+        data = (self.rng.standard_normal(shape) * scale).astype(np.float32)
+        self.inits.append(numpy_helper.from_array(data, name))
+        return name
+
+    def op(self, op_type: str, inputs: list[str], n_out: int = 1, **attrs) -> str | list[str]:
+        outs = [self.name(op_type.lower()) for _ in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=outs[0], **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    def conv(self, x: str, cin: int, cout: int, k: int, stride=1, group=1, bias=True) -> str:
+        w = self.weight((cout, cin // group, k, k), "w")
+        ins = [x, w] + ([self.weight((cout,), "b", 0.1)] if bias else [])
+        pad = k // 2
+        return self.op("Conv", ins, kernel_shape=[k, k], strides=[stride, stride],
+                       pads=[pad] * 4, group=group)
+
+    def bn(self, x: str, c: int) -> str:
+        scale = self.param(1.0 + 0.1 * self.rng.standard_normal(c), "gamma")
+        bias = self.param(0.1 * self.rng.standard_normal(c), "beta")
+        mean = self.param(0.1 * self.rng.standard_normal(c), "mean")
+        var = self.param(0.5 + self.rng.random(c), "var")
+        return self.op("BatchNormalization", [x, scale, bias, mean, var], epsilon=1e-5)
+
+    def param(self, data, hint: str) -> str:
+        name = self.name(hint)
+        self.inits.append(numpy_helper.from_array(np.asarray(data, np.float32), name))
+        return name
+
+    def conv_bn(self, x, cin, cout, k, stride=1, group=1, act: str | None = "Relu") -> str:
+        y = self.bn(self.conv(x, cin, cout, k, stride, group, bias=False), cout)
+        if act == "Relu6":
+            lo, hi = self.param(0.0, "lo"), self.param(6.0, "hi")
+            return self.op("Clip", [y, lo, hi])
+        return self.op(act, [y]) if act else y
+
+    def head(self, x: str, c: int, classes: int) -> str:
+        y = self.op("GlobalAveragePool", [x])
+        y = self.op("Flatten", [y], axis=1)
+        y = self.op("Gemm", [y, self.weight((classes, c), "fc"), self.weight((classes,), "fcb", 0.1)],
+                    transB=1)
+        return self.op("Softmax", [y], axis=1)
+
+    def model(self, x: str, shape, y: str, name: str, classes: int) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            self.nodes, name,
+            [helper.make_tensor_value_info(x, TensorProto.FLOAT, list(shape))],
+            [helper.make_tensor_value_info(y, TensorProto.FLOAT, [shape[0], classes])],
+            self.inits,
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
+                                  producer_name="packager-examples")
+        model.ir_version = 8
+        onnx.checker.check_model(model)
+        return model
+
+
+def tiny_cnn(seed: int = 0) -> onnx.ModelProto:
+    """conv-bn-relu, max pool, depthwise conv, 1x1 conv, residual add, pool, dense, softmax."""
+    b = NetBuilder(seed)
+    x = b.conv_bn("input", 3, 8, 3)
+    x = b.op("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    y = b.conv_bn(x, 8, 8, 3, group=8)
+    y = b.conv_bn(y, 8, 8, 1, act=None)
+    x = b.op("Relu", [b.op("Add", [x, y])])
+    return b.model("input", (1, 3, 32, 32), b.head(x, 8, 10), "tiny_cnn", 10)
+
+
+def mobilenet_v2(seed: int = 0, width: float = 0.5, size: int = 96, classes: int = 100):
+    """MobileNetV2-style: stem, inverted residual stages (t, c, n, s), 1x1 head conv."""
+    b = NetBuilder(seed)
+    ch = lambda c: max(8, int(c * width + 4) // 8 * 8)  # noqa: E731
+    stages = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 2, 2), (6, 96, 2, 1),
+              (6, 160, 2, 2), (6, 320, 1, 1)]
+    cin = ch(32)
+    x = b.conv_bn("input", 3, cin, 3, stride=2, act="Relu6")
+    for t, c, n, s in stages:
+        cout = ch(c)
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hidden = cin * t
+            y = b.conv_bn(x, cin, hidden, 1, act="Relu6") if t != 1 else x
+            y = b.conv_bn(y, hidden, hidden, 3, stride=stride, group=hidden, act="Relu6")
+            y = b.conv_bn(y, hidden, cout, 1, act=None)
+            x = b.op("Add", [x, y]) if stride == 1 and cin == cout else y
+            cin = cout
+    x = b.conv_bn(x, cin, ch(1280), 1, act="Relu6")
+    return b.model("input", (1, 3, size, size), b.head(x, ch(1280), classes), "mobilenet_v2", classes)
+
+
+def resnet(seed: int = 0, blocks=(2, 2, 2, 2), width: int = 64, size: int = 112,
+           classes: int = 100, groups: int = 1):
+    """ResNet-style with basic blocks; blocks=(2, 2, 2, 2) and width 64 is ResNet-18.
+    ``groups`` > 1 makes each block's second 3x3 conv a grouped one (ResNeXt-like)."""
+    b = NetBuilder(seed)
+    x = b.conv_bn("input", 3, width, 7, stride=2)
+    x = b.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = width
+    for stage, n in enumerate(blocks):
+        cout = width * 2**stage
+        for i in range(n):
+            stride = 2 if (i == 0 and stage > 0) else 1
+            y = b.conv_bn(x, cin, cout, 3, stride=stride)
+            y = b.conv_bn(y, cout, cout, 3, group=groups, act=None)
+            short = x if (stride == 1 and cin == cout) else b.conv_bn(x, cin, cout, 1, stride, act=None)
+            x = b.op("Relu", [b.op("Add", [y, short])])
+            cin = cout
+    return b.model("input", (1, 3, size, size), b.head(x, cin, classes), "resnet", classes)
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "tiny_cnn.onnx")
+    onnx.save(tiny_cnn(), out)
+    print(out)

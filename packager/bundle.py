@@ -1,0 +1,177 @@
+"""Writing a bundle: graph.json, params.bin, kernels/, runtime/, CMakeLists.txt,
+manifest.json and selftest/ (format: docs/bundle-format.md).
+
+Everything is written into a temporary directory beside the destination and renamed
+into place at the end, so a failure never leaves a half-written bundle behind. The
+output is a function of the inputs only: no time stamps, no absolute paths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .graph.ir import Graph, np_dtype
+from .graph.memory import plan_memory
+from .lowering import Kernel
+from .names import safe_name
+from .params_file import write_params
+
+ROOT = Path(__file__).resolve().parent.parent
+C_RUNTIME = ROOT / "c_runtime"
+RUNTIME_PARTS = ("include", "src", "tools", "CMakeLists.txt")
+
+
+def graph_json(graph: Graph, funcs: list[str]) -> dict:
+    """The graph.json document: nodes in execution order, entries, storage plan."""
+    nodes, row_ptr, entry_of = [], [0], {}
+    shapes, dtypes = [], []
+
+    def add(node: dict, outs: list[str]):
+        for k, name in enumerate(outs):
+            entry_of[name] = (len(nodes), k)
+            v = graph.values[name]
+            shapes.append(list(v.shape))
+            dtypes.append(v.dtype)
+        nodes.append(node)
+        row_ptr.append(row_ptr[-1] + len(outs))
+
+    for name in graph.inputs:
+        add({"op": "input", "name": name, "inputs": []}, [name])
+    for v in graph.consts():
+        add({"op": "param", "name": v.name, "inputs": []}, [v.name])
+    arg_nodes = list(range(len(nodes)))
+    for node, func in zip(graph.nodes, funcs):
+        ins = [list(entry_of[i]) for i in node.inputs]
+        add(
+            {"op": "kernel", "name": node.name, "func": func, "inputs": ins,
+             "num_outputs": len(node.outputs)},
+            node.outputs,
+        )
+    entries = [n for n in entry_of]  # value names in entry order
+    entries.sort(key=lambda n: row_ptr[entry_of[n][0]] + entry_of[n][1])
+    storage, storage_id, arena_bytes = plan_memory(graph, entries, graph.nodes)
+    return {
+        "format": "packager-graph",
+        "version": 1,
+        "nodes": nodes,
+        "arg_nodes": arg_nodes,
+        "node_row_ptr": row_ptr,
+        "heads": [list(entry_of[o]) for o in graph.outputs],
+        "outputs": list(graph.outputs),
+        "attrs": {"shape": shapes, "dtype": dtypes, "storage_id": storage_id},
+        "storage": storage,
+        "arena_bytes": arena_bytes,
+    }
+
+
+def registry_source(kernels: list[Kernel]) -> str:
+    funcs = sorted(k.func for k in kernels)
+    lines = ['#include "pk_kernel.h"', ""]
+    lines += [f"int32_t {f}(void *const *args);" for f in funcs]
+    lines += ["", "/* Sorted by name: the runtime looks functions up by bisection. */"]
+    lines += ["const pk_kernel_entry pk_kernel_table[] = {"]
+    lines += [f'    {{"{f}", {f}}},' for f in funcs]
+    if not funcs:
+        lines += ["    {0, 0},"]
+    lines += ["};", f"const int32_t pk_kernel_count = {len(funcs)};", ""]
+    return "\n".join(lines)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _write_json(path: Path, doc) -> None:
+    path.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+
+
+def _io_list(graph: Graph, names: list[str]) -> list[dict]:
+    return [
+        {"name": n, "shape": list(graph.values[n].shape), "dtype": graph.values[n].dtype,
+         "file": safe_name(n) + ".npy"}
+        for n in names
+    ]
+
+
+def write_bundle_files(
+    root: Path,
+    graph: Graph,
+    kernels: list[Kernel],
+    funcs: list[str],
+    manifest: dict,
+    selftest: tuple[list[np.ndarray], list[np.ndarray]] | None,
+) -> None:
+    """Write every file of the bundle under ``root`` (an empty directory)."""
+    (root / "kernels").mkdir()
+    for k in kernels:
+        (root / "kernels" / f"{k.func}.c").write_text(k.source)
+    (root / "kernels" / "registry.c").write_text(registry_source(kernels))
+    gj = graph_json(graph, funcs)
+    _write_json(root / "graph.json", gj)
+    params = [(v.name, np.ascontiguousarray(v.data, dtype=np_dtype(v.dtype))) for v in graph.consts()]
+    (root / "params.bin").write_bytes(write_params(params))
+    runtime = root / "runtime"
+    runtime.mkdir()
+    for part in RUNTIME_PARTS:
+        src = C_RUNTIME / part
+        if src.is_dir():
+            shutil.copytree(src, runtime / part)
+        else:
+            shutil.copyfile(src, runtime / part)
+    shutil.copyfile(C_RUNTIME / "bundle" / "CMakeLists.txt", root / "CMakeLists.txt")
+    if selftest is not None:
+        (root / "selftest").mkdir()
+        for kind, arrays in zip(("input", "output"), selftest):
+            for i, a in enumerate(arrays):
+                np.save(root / "selftest" / f"{kind}_{i}.npy", a, allow_pickle=False)
+    manifest = dict(manifest)
+    manifest["inputs"] = _io_list(graph, graph.inputs)
+    manifest["outputs"] = _io_list(graph, graph.outputs)
+    manifest["stats"] = {
+        "kernels": len(kernels),
+        "nodes": len(graph.nodes),
+        "arena_bytes": gj["arena_bytes"],
+        "params_bytes": sum(int(a.nbytes) for _, a in params),
+    }
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    manifest["files"] = {str(p.relative_to(root)): sha256_file(p) for p in files}
+    _write_json(root / "manifest.json", manifest)
+
+
+def write_bundle(out_dir: str | os.PathLike, write: Callable[[Path], None]) -> Path:
+    """Run ``write(tmp)`` into a fresh directory beside ``out_dir``, then move it into place.
+
+    On any error the temporary directory is removed and ``out_dir`` is left as it was.
+    """
+    out = Path(out_dir).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        write(tmp)
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.replace(out, old / "b")
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+__all__ = ["write_bundle", "write_bundle_files", "graph_json", "registry_source", "__version__"]

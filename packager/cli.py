@@ -1,0 +1,182 @@
+"""The `packager` command: a thin shell over the library.
+
+Exit codes: 0 ok; 2 bad input (the message names the file, node or field); 1 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from .errors import PackagerError
+
+EPILOG = """examples:
+  packager build model.onnx --board host -o out/model
+  packager run out/model --board host --input data=x.npy --output-dir results
+  packager inspect model.onnx --input-shape data=1,3,224,224
+  packager boards --check my_board.yaml
+"""
+
+
+def parse_shape(text: str) -> tuple[str, list[int]]:
+    name, sep, dims = text.rpartition("=")
+    try:
+        if not sep or not name:
+            raise ValueError
+        shape = [int(d) for d in dims.split(",")] if dims.strip() else []
+        if any(d < 0 for d in shape):
+            raise ValueError
+    except ValueError:
+        raise PackagerError(
+            f"--input-shape {text!r}: expected NAME=D0,D1,... with non-negative integers"
+        ) from None
+    return name, shape
+
+
+def parse_input(text: str) -> tuple[str, str]:
+    name, sep, path = text.rpartition("=")
+    if not sep or not name or not path:
+        raise PackagerError(f"--input {text!r}: expected NAME=FILE.npy")
+    return name, path
+
+
+def _shapes(args) -> dict[str, list[int]]:
+    return dict(parse_shape(s) for s in args.input_shape or [])
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def cmd_build(args) -> int:
+    from .boards import load_board
+    from .package import package
+
+    board = load_board(args.board)
+    out = package(args.model, board, args.output, _shapes(args), log=log)
+    print(out)
+    return 0
+
+
+def cmd_run(args) -> int:
+    from .boards import load_board
+    from .runner import load_manifest, run_local
+
+    board = load_board(args.board)
+    bundle = Path(args.bundle)
+    load_manifest(bundle)
+    if not board.is_local:
+        raise PackagerError(f"--board {board.name}: only local boards can run bundles for now")
+    inputs = dict(parse_input(s) for s in args.input or [])
+    r = run_local(bundle, board, inputs, args.output_dir, args.repeat, log=log)
+    sys.stdout.write(r.stdout)
+    sys.stderr.write(r.stderr)
+    return r.returncode
+
+
+def cmd_inspect(args) -> int:
+    from .frontend.inspect import inspect_model
+
+    report = inspect_model(args.model, _shapes(args))
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    print(f"model: {args.model} (opset {report['opset']}, {report['nodes']} nodes)")
+    for kind in ("inputs", "outputs"):
+        print(f"{kind}:")
+        for v in report[kind]:
+            print(f"  {v['name']}: {v['dtype']}{v['shape']}")
+    print("ops:")
+    width = max((len(op) for op in report["ops"]), default=2)
+    for op, info in report["ops"].items():
+        print(f"  {op:<{width}}  {info['count']:>5}  {info['status']}")
+    if report["unsupported"]:
+        print(f"unsupported: {', '.join(report['unsupported'])}")
+    return 0
+
+
+def cmd_boards(args) -> int:
+    from .boards import check_board_file, list_boards
+
+    if args.check:
+        board = check_board_file(args.check)
+        print(f"{args.check}: ok ({board.name}, {board.arch}, {board.cores} cores)")
+        return 0
+    boards = list_boards()
+    width = max((len(b.name) for b in boards), default=4)
+    for b in boards:
+        print(f"{b.name:<{width}}  {b.arch:<7}  {b.description}")
+    return 0
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="packager",
+        description="Package ONNX models into self-contained C bundles for edge boards.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    b = sub.add_parser("build", help="package a model for a board",
+                       description="Package MODEL for BOARD into the bundle directory OUT. The "
+                       "bundle is written to a temporary directory and renamed to OUT at the "
+                       "end: on any error OUT is left untouched.")
+    b.add_argument("model", metavar="MODEL.onnx")
+    b.add_argument("--board", required=True, help="profile name (see `packager boards`) or YAML path")
+    b.add_argument("-o", "--output", required=True, metavar="OUT", help="bundle directory")
+    b.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
+                   help="fix the shape of an input with dynamic dims (repeatable)")
+    b.set_defaults(fn=cmd_build)
+
+    r = sub.add_parser("run", help="build (if needed) and run a bundle on a board",
+                       description="Build the bundle with CMake if it is not built, run it on "
+                       "the board and write each output as DIR/<name>.npy (characters outside "
+                       "[A-Za-z0-9._-] in the name replaced by '_').")
+    r.add_argument("bundle", metavar="OUT", help="bundle directory made by `packager build`")
+    r.add_argument("--board", required=True)
+    r.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="repeatable")
+    r.add_argument("--output-dir", required=True, metavar="DIR")
+    r.add_argument("--repeat", type=int, default=0, metavar="N",
+                   help="run N times after a warm-up; the last line printed is JSON with median_ms")
+    r.set_defaults(fn=cmd_run)
+
+    i = sub.add_parser("inspect", help="show a model's ops, inputs and outputs",
+                       description="Op histogram with support status, inputs and outputs.")
+    i.add_argument("model", metavar="MODEL.onnx")
+    i.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...")
+    i.add_argument("--json", action="store_true", help="print the report as JSON")
+    i.set_defaults(fn=cmd_inspect)
+
+    bo = sub.add_parser("boards", help="list board profiles or check one",
+                        description="List the board profiles (name, arch, description), or "
+                        "validate a profile file with --check.")
+    bo.add_argument("--check", metavar="FILE.yaml", help="validate a board profile file")
+    bo.set_defaults(fn=cmd_boards)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except PackagerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug of ours: say so, keep the traceback at hand
+        if os.environ.get("PACKAGER_DEBUG"):
+            traceback.print_exc()
+        print(f"internal error: {type(e).__name__}: {e} (PACKAGER_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

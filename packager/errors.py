@@ -1,0 +1,14 @@
+"""Errors a user can act on. The CLI prints them and exits with code 2."""
+
+
+class PackagerError(Exception):
+    """Bad input: the message names the file, node or field at fault."""
+
+
+class UnsupportedOpsError(PackagerError):
+    def __init__(self, missing: dict[str, str], model: str):
+        self.missing = missing
+        lines = [f"  {op} (first at node '{node}')" for op, node in sorted(missing.items())]
+        super().__init__(
+            f"{model}: {len(missing)} unsupported op type(s):\n" + "\n".join(lines)
+        )

@@ -1,0 +1,231 @@
+"""ONNX import: a model file and fixed input shapes to a Graph of library ops.
+
+The steps, in order: load and check the model, fix every input shape, take the
+initializers as constants, then walk the nodes in order. A node whose inputs are all
+constants (or that only reads shapes, which are static) is evaluated now with onnx's
+reference implementation, so shape subgraphs and weight generators disappear. Every
+other node goes through its converter, and the outputs' shapes and dtypes come from the
+op's own compute, so the shapes the kernels are generated for are the ones checked here.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from .. import te
+from ..errors import PackagerError, UnsupportedOpsError
+from ..graph.ir import Graph, Node, Value
+from ..ops.registry import get_op
+from .context import ConvertContext
+from .converters.registry import get_converter
+
+ONNX_DTYPES = {
+    onnx.TensorProto.FLOAT: "float32",
+    onnx.TensorProto.DOUBLE: "float64",
+    onnx.TensorProto.INT8: "int8",
+    onnx.TensorProto.INT16: "int16",
+    onnx.TensorProto.INT32: "int32",
+    onnx.TensorProto.INT64: "int64",
+    onnx.TensorProto.UINT8: "uint8",
+    onnx.TensorProto.UINT16: "uint16",
+    onnx.TensorProto.UINT32: "uint32",
+    onnx.TensorProto.UINT64: "uint64",
+    onnx.TensorProto.BOOL: "bool",
+}
+
+# Ops that read only their input's shape: always foldable, shapes being static.
+SHAPE_ONLY = {"Shape", "Size"}
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def load_model(path: str) -> onnx.ModelProto:
+    """Load and check an ONNX file; any problem is a PackagerError naming the file."""
+    if not os.path.isfile(path):
+        raise PackagerError(f"{path}: no such file")
+    try:
+        model = onnx.load(path)
+    except Exception as e:  # protobuf raises several types for a corrupt file
+        raise PackagerError(f"{path}: not a readable ONNX model ({type(e).__name__}: {e})") from e
+    if not model.graph.node and not model.graph.output:
+        raise PackagerError(f"{path}: not an ONNX model (empty graph)")
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        first = str(e).strip().splitlines()[0]
+        raise PackagerError(f"{path}: invalid ONNX model: {first}") from e
+    return model
+
+
+def model_opset(model: onnx.ModelProto) -> int:
+    for imp in model.opset_import:
+        if imp.domain in DEFAULT_DOMAINS:
+            return imp.version
+    return 1
+
+
+def dtype_of(elem_type: int, what: str) -> str:
+    if elem_type not in ONNX_DTYPES:
+        name = onnx.TensorProto.DataType.Name(elem_type)
+        raise PackagerError(f"{what}: element type {name} is not supported")
+    return ONNX_DTYPES[elem_type]
+
+
+def np_to_dtype(arr: np.ndarray) -> str:
+    return "bool" if arr.dtype == np.bool_ else str(arr.dtype)
+
+
+def graph_input_shapes(
+    model: onnx.ModelProto, overrides: dict[str, list[int]] | None, path: str = "model"
+) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Name -> (shape, dtype) of every runtime input, dynamic dims fixed by ``overrides``."""
+    overrides = dict(overrides or {})
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in inits]
+    known = [i.name for i in inputs]
+    for name in overrides:
+        if name not in known:
+            raise PackagerError(
+                f"{path}: --input-shape names '{name}', which is not an input "
+                f"(inputs: {', '.join(known) or 'none'})"
+            )
+    out = {}
+    for vi in inputs:
+        tt = vi.type.tensor_type
+        dtype = dtype_of(tt.elem_type, f"{path}: input '{vi.name}'")
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+        if vi.name in overrides:
+            shape = tuple(overrides[vi.name])
+            fixed = [(k, d) for k, d in enumerate(dims) if isinstance(d, int)]
+            if len(shape) != len(dims) or any(shape[k] != d for k, d in fixed):
+                raise PackagerError(
+                    f"{path}: --input-shape {vi.name}={','.join(map(str, shape))} does not "
+                    f"match the model's dims [{', '.join(map(str, dims))}]"
+                )
+        elif all(isinstance(d, int) for d in dims):
+            shape = tuple(dims)
+        else:
+            raise PackagerError(
+                f"{path}: input '{vi.name}' has dynamic dims [{', '.join(map(str, dims))}]; "
+                f"fix them with --input-shape {vi.name}=D0,D1,..."
+            )
+        out[vi.name] = (shape, dtype)
+    return out
+
+
+def import_onnx(
+    path: str, input_shapes: dict[str, list[int]] | None = None, model=None
+) -> Graph:
+    """The Graph of the model at ``path`` (or of ``model`` if given) with fixed shapes."""
+    model = model if model is not None else load_model(path)
+    opset = model_opset(model)
+    values: dict[str, Value] = {}
+    for t in model.graph.initializer:
+        arr = numpy_helper.to_array(t)
+        values[t.name] = Value(t.name, tuple(arr.shape), np_to_dtype(arr), arr)
+    inputs = graph_input_shapes(model, input_shapes, path)
+    for name, (shape, dtype) in inputs.items():
+        values[name] = Value(name, shape, dtype)
+
+    check_supported(model, values, path)
+    ctx = ConvertContext(values, opset, path)
+    nodes: list[Node] = []
+    for onode in model.graph.node:
+        if is_foldable(onode, values):
+            fold(onode, values, opset, path)
+            continue
+        for node in get_converter(onode.op_type)(ctx, onode):
+            infer_node(node, values, path)
+            nodes.append(node)
+
+    outputs = [o.name for o in model.graph.output]
+    for o in outputs:
+        if o not in values:
+            raise PackagerError(f"{path}: graph output '{o}' is produced by no node")
+    return Graph(model.graph.name or "model", list(inputs), outputs, nodes, values)
+
+
+def is_foldable(onode: onnx.NodeProto, values: dict[str, Value]) -> bool:
+    if onode.op_type in SHAPE_ONLY:
+        return True
+    present = [i for i in onode.input if i]
+    return all(values[i].is_const for i in present) and onode.op_type not in NEVER_FOLD
+
+
+# Random generators must stay random per run; nothing else is special.
+NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
+
+
+def check_supported(model: onnx.ModelProto, values: dict[str, Value], path: str) -> None:
+    """Raise one error listing every op type that can be neither folded nor converted."""
+    const = {n for n, v in values.items() if v.is_const}
+    missing: dict[str, str] = {}
+    for node in model.graph.node:
+        present = [i for i in node.input if i]
+        folds = node.op_type in SHAPE_ONLY or (
+            all(i in const for i in present) and node.op_type not in NEVER_FOLD
+        )
+        if folds:
+            const.update(o for o in node.output if o)
+            continue
+        label = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+        if node.domain not in DEFAULT_DOMAINS or get_converter(node.op_type) is None:
+            missing.setdefault(label, node.name or (node.output[0] if node.output else "?"))
+    if missing:
+        raise UnsupportedOpsError(missing, path)
+
+
+def fold(onode: onnx.NodeProto, values: dict[str, Value], opset: int, path: str) -> None:
+    """Evaluate a node now, with onnx's reference implementation of its op."""
+    feeds = {}
+    for i in onode.input:
+        if not i:
+            continue
+        v = values[i]
+        if v.is_const:
+            feeds[i] = v.data
+        else:  # a shape-only op: any data of the right shape will do
+            feeds[i] = np.zeros(v.shape, dtype=np.dtype("bool" if v.dtype == "bool" else v.dtype))
+    try:
+        ev = ReferenceEvaluator(onode, opsets={"": opset})
+        outs = ev.run(None, feeds)
+    except Exception as e:
+        label = onode.name or onode.output[0]
+        raise PackagerError(
+            f"{path}: node '{label}' ({onode.op_type}): cannot evaluate at package time: {e}"
+        ) from e
+    for name, arr in zip(onode.output, outs):
+        if name:
+            arr = np.asarray(arr)
+            values[name] = Value(name, tuple(arr.shape), np_to_dtype(arr), arr)
+
+
+def infer_node(node: Node, values: dict[str, Value], path: str) -> None:
+    """Set the Values of ``node``'s outputs from its op's compute."""
+    outs = node_compute(node, values, path)
+    if len(outs) != len(node.outputs):
+        raise PackagerError(
+            f"{path}: node '{node.source}': op {node.op} gives {len(outs)} outputs, "
+            f"the node has {len(node.outputs)}"
+        )
+    for name, t in zip(node.outputs, outs):
+        if name:
+            values[name] = Value(name, tuple(t.shape), t.dtype)
+
+
+def node_compute(node: Node, values: dict[str, Value], path: str = "model") -> list[te.Tensor]:
+    """The op's compute on placeholders shaped like the node's inputs."""
+    args = [te.placeholder(values[i].shape, values[i].dtype, f"in{k}") for k, i in enumerate(node.inputs)]
+    try:
+        return list(get_op(node.op).compute(args, node.attrs))
+    except PackagerError:
+        raise
+    except (ValueError, TypeError, IndexError, KeyError) as e:
+        shapes = ", ".join(f"{values[i].dtype}{list(values[i].shape)}" for i in node.inputs)
+        raise PackagerError(
+            f"{path}: node '{node.source}' ({node.op}): {e} (inputs: {shapes})"
+        ) from e

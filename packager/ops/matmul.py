@@ -1,0 +1,90 @@
+"""Matrix products: batched matmul with numpy broadcasting, and Gemm."""
+
+from __future__ import annotations
+
+from .. import te
+from .registry import register_op
+
+
+def _batch_shape(a: tuple, b: tuple) -> list[int]:
+    nd = max(len(a), len(b))
+    a, b = (1,) * (nd - len(a)) + a, (1,) * (nd - len(b)) + b
+    out = []
+    for x, y in zip(a, b):
+        if x != y and 1 not in (x, y):
+            raise ValueError(f"matmul: batch dims {a} and {b} do not broadcast")
+        out.append(max(x, y))
+    return out
+
+
+def _batch_index(batch: tuple, t: te.Tensor, nb: int) -> list:
+    """Indices into ``t``'s batch dims (its leading ndim-2) for output batch ``batch``."""
+    dims = t.shape[: t.ndim - 2]
+    own = batch[nb - len(dims):] if dims else ()
+    return [0 if d == 1 else i for i, d in zip(own, dims)]
+
+
+@register_op("matmul", "out_elemwise_fusable")
+def matmul(inputs, attrs):
+    """numpy.matmul: a 1-D operand gets a unit dim (dropped from the result)."""
+    a, b = inputs
+    a_vec, b_vec = a.ndim == 1, b.ndim == 1
+    a_shape = (1, *a.shape) if a_vec else a.shape
+    b_shape = (*b.shape, 1) if b_vec else b.shape
+    if a_shape[-1] != b_shape[-2]:
+        raise ValueError(f"matmul: inner dims differ: {a.shape} @ {b.shape}")
+    batch = _batch_shape(a_shape[:-2], b_shape[:-2])
+    nb = len(batch)
+    rows, cols = a_shape[-2], b_shape[-1]
+    k = te.reduce_axis(a_shape[-1], "k")
+    shape = batch + ([] if a_vec else [rows]) + ([] if b_vec else [cols])
+
+    def f(*idx):
+        bi = idx[:nb]
+        rest = list(idx[nb:])
+        i = None if a_vec else rest.pop(0)
+        j = None if b_vec else rest.pop(0)
+        ai = [k] if a_vec else [*_batch_index(bi, a, nb), i, k]
+        bj = [k] if b_vec else [*_batch_index(bi, b, nb), k, j]
+        return te.sum(a[tuple(ai)] * b[tuple(bj)], k)
+
+    return [te.compute(shape, f, name="matmul", tag="matmul")]
+
+
+def _broadcast_2d(c: te.Tensor, i, j):
+    """Element (i, j) of ``c`` broadcast unidirectionally to 2-D."""
+    shape = (1,) * (2 - c.ndim) + c.shape
+    idx = [0 if d == 1 else v for d, v in zip(shape, (i, j))]
+    return c[tuple(idx[2 - c.ndim:])] if c.ndim else c[()]
+
+
+@register_op("gemm", "out_elemwise_fusable")
+def gemm(inputs, attrs):
+    """alpha * A' B' + beta * C; attrs alpha, beta, trans_a, trans_b; C optional."""
+    a, b = inputs[0], inputs[1]
+    c = inputs[2] if len(inputs) > 2 else None
+    alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
+    ta, tb = bool(attrs.get("trans_a", 0)), bool(attrs.get("trans_b", 0))
+    m, kk = (a.shape[1], a.shape[0]) if ta else a.shape
+    n = b.shape[0] if tb else b.shape[1]
+    k = te.reduce_axis(kk, "k")
+
+    def f(i, j):
+        av = a[k, i] if ta else a[i, k]
+        bv = b[j, k] if tb else b[k, j]
+        return te.sum(av * bv, k)
+
+    out = te.compute([m, n], f, name="gemm", tag="dense",
+                     attrs={"trans_a": int(ta), "trans_b": int(tb)})
+    if alpha == 1.0 and (c is None or beta == 0.0):
+        return [out]
+    dt = out.dtype
+
+    def epilogue(i, j):
+        v = out[i, j] if alpha == 1.0 else out[i, j] * te.const(alpha, dt)
+        if c is None or beta == 0.0:
+            return v
+        cv = _broadcast_2d(c, i, j)
+        return v + (cv if beta == 1.0 else cv * te.const(beta, dt))
+
+    return [te.compute([m, n], epilogue, name="gemm_epilogue", tag="elemwise")]

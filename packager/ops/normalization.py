@@ -1,0 +1,157 @@
+"""Normalizations: batch (inference), instance, layer, mean-variance, Lp, and LRN.
+
+Statistics are their own reduction stages (mean, then the centered variance) so
+that schedules see plain reductions; the normalizing expression is elementwise.
+"""
+
+from __future__ import annotations
+
+from .. import te
+from .pad import pad_tensor
+from .reduce import Axes, reduce_tensor
+from .registry import register_op
+
+
+def bcast(t: te.Tensor, idx) -> te.Expr:
+    """Element of ``t`` broadcast (numpy rules, right-aligned) to index ``idx``."""
+    own = list(idx)[len(idx) - t.ndim:] if t.ndim else []
+    return t[tuple(0 if d == 1 else i for d, i in zip(t.shape, own))]
+
+
+def channel(t: te.Tensor, idx) -> te.Expr:
+    """Per-channel (axis 1) element of the 1-D tensor ``t`` for index ``idx``."""
+    return t[idx[1]]
+
+
+class Moments:
+    """Mean and (biased) variance of ``x`` over ``axes``, keepdims-shaped."""
+
+    def __init__(self, x: te.Tensor, axes, name: str):
+        self.ax = Axes(x, axes, True, "m")
+        self.mean = reduce_tensor(x, "reduce_mean", axes, True, name=f"{name}_mean")
+        ax = self.ax
+
+        def sq_dev(*i):
+            d = x[ax.input_index(i)] - self.mean[i]
+            return te.sum(d * d, ax.ivs)
+
+        total = te.compute(ax.shape, sq_dev, name=f"{name}_sqdev", tag="reduce")
+        n = te.const(ax.count, x.dtype)
+        self.var = te.compute(ax.shape, lambda *i: total[i] / n, name=f"{name}_var",
+                              tag="elemwise")
+
+    def row(self, idx) -> tuple:
+        """Index of the statistics for input index ``idx``."""
+        return tuple(0 if a in self.ax.rv else v for a, v in enumerate(idx))
+
+
+def _rsqrt(v, eps: float):
+    return te.const(1.0, v.dtype) / te.call("sqrt", v + te.const(eps, v.dtype))
+
+
+@register_op("batch_norm", "broadcast")
+def batch_norm(inputs, attrs):
+    """Inference: (x - mean) / sqrt(var + epsilon) * scale + bias over channel axis 1."""
+    x, scale, bias, mean, var = inputs
+    eps = te.const(attrs.get("epsilon", 1e-5), x.dtype)
+
+    def f(*i):
+        norm = (x[i] - channel(mean, i)) / te.call("sqrt", channel(var, i) + eps)
+        return norm * channel(scale, i) + channel(bias, i)
+
+    return [te.compute(x.shape, f, name="batch_norm", tag="elemwise")]
+
+
+@register_op("scale_shift", "broadcast")
+def scale_shift(inputs, attrs):
+    """x * scale[c] + shift[c] over channel axis 1 (batch_norm with folded statistics)."""
+    x, scale, shift = inputs
+    return [te.compute(x.shape, lambda *i: x[i] * channel(scale, i) + channel(shift, i),
+                       name="scale_shift", tag="elemwise")]
+
+
+@register_op("instance_norm", "opaque")
+def instance_norm(inputs, attrs):
+    x, scale, bias = inputs
+    st = Moments(x, range(2, x.ndim), "instance_norm")
+    eps = attrs.get("epsilon", 1e-5)
+
+    def f(*i):
+        r = st.row(i)
+        norm = (x[i] - st.mean[r]) * _rsqrt(st.var[r], eps)
+        return norm * channel(scale, i) + channel(bias, i)
+
+    return [te.compute(x.shape, f, name="instance_norm", tag="elemwise")]
+
+
+@register_op("layer_norm", "opaque")
+def layer_norm(inputs, attrs):
+    """attrs: axis (>= 0), epsilon, with_stats (also return mean and 1/stddev)."""
+    x, scale = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    st = Moments(x, range(attrs["axis"], x.ndim), "layer_norm")
+    eps = attrs.get("epsilon", 1e-5)
+    inv = te.compute(st.ax.shape, lambda *i: _rsqrt(st.var[i], eps), name="layer_norm_inv",
+                     tag="elemwise")
+
+    def f(*i):
+        y = (x[i] - st.mean[st.row(i)]) * inv[st.row(i)] * bcast(scale, i)
+        return y if bias is None else y + bcast(bias, i)
+
+    y = te.compute(x.shape, f, name="layer_norm", tag="elemwise")
+    return [y, st.mean, inv] if attrs.get("with_stats") else [y]
+
+
+@register_op("mean_variance_norm", "opaque")
+def mean_variance_norm(inputs, attrs):
+    """(x - mean) / (sqrt(var) + 1e-9) over attrs axes (ONNX's function body)."""
+    (x,) = inputs
+    st = Moments(x, attrs["axes"], "mvn")
+    eps = te.const(1e-9, x.dtype)
+
+    def f(*i):
+        r = st.row(i)
+        return (x[i] - st.mean[r]) / (te.call("sqrt", st.var[r]) + eps)
+
+    return [te.compute(x.shape, f, name="mean_variance_norm", tag="elemwise")]
+
+
+@register_op("lp_norm", "opaque")
+def lp_norm(inputs, attrs):
+    """x / ||x||_p along attrs axis (p 1 or 2); 0 where the norm is 0."""
+    (x,) = inputs
+    axis, p = attrs["axis"], attrs.get("p", 2)
+    norm = reduce_tensor(x, "reduce_l1" if p == 1 else "reduce_l2", [axis], True,
+                         name="lp_norm_norm")
+    zero = te.const(0, x.dtype)
+
+    def f(*i):
+        n = norm[tuple(0 if a == axis else v for a, v in enumerate(i))]
+        return te.select(te.eq(n, zero), zero, x[i] / n)
+
+    return [te.compute(x.shape, f, name="lp_norm", tag="elemwise")]
+
+
+@register_op("lrn", "opaque")
+def lrn(inputs, attrs):
+    """x / (bias + alpha / size * sum of x^2 over a channel window) ** beta."""
+    (x,) = inputs
+    size = int(attrs["size"])
+    alpha, beta, k = attrs.get("alpha", 1e-4), attrs.get("beta", 0.75), attrs.get("bias", 1.0)
+    lo = (size - 1) // 2  # the window is [c - lo, c + size - 1 - lo]
+    zeros = [0] * (x.ndim - 2)
+    xp = pad_tensor(x, [0, lo, *zeros], [0, size - 1 - lo, *zeros], name="lrn_pad")
+    rc = te.reduce_axis(size, "rc")
+
+    def window(n, c, *rest):
+        v = xp[(n, c + rc, *rest)]
+        return te.sum(v * v, rc)
+
+    sq = te.compute(x.shape, window, name="lrn_sqsum", tag="reduce")
+    dt = x.dtype
+
+    def f(*i):
+        base = te.const(k, dt) + te.const(alpha / size, dt) * sq[i]
+        return x[i] / te.call("pow", base, te.const(beta, dt))
+
+    return [te.compute(x.shape, f, name="lrn", tag="elemwise")]

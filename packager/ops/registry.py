@@ -1,0 +1,60 @@
+"""The op library's registry: for each op its compute, pattern kind and schedules.
+
+An op's compute takes te placeholders (one per node input, in order) and the node's
+normalized attrs and returns the output tensors. Its pattern kind drives fusion:
+elementwise, broadcast, injective, reduction, out_elemwise_fusable (conv, dense,
+matmul), opaque.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .. import te
+
+PATTERNS = ("elementwise", "broadcast", "injective", "reduction", "out_elemwise_fusable", "opaque")
+
+
+@dataclass
+class OpDef:
+    name: str
+    compute: Callable[[list[te.Tensor], dict], list[te.Tensor]]
+    pattern: str
+    schedules: dict[str, Callable] = field(default_factory=dict)
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register_op(name: str, pattern: str):
+    """Decorator: ``@register_op("conv2d", "out_elemwise_fusable")`` on the compute."""
+    if pattern not in PATTERNS:
+        raise ValueError(f"op {name}: unknown pattern {pattern!r}")
+
+    def deco(fn):
+        if name in OPS:
+            raise ValueError(f"op {name} registered twice")
+        OPS[name] = OpDef(name, fn, pattern)
+        return fn
+
+    return deco
+
+
+def register_schedule(name: str, target: str):
+    """Decorator for a schedule template ``fn(outs, attrs) -> te.Schedule`` of an op."""
+
+    def deco(fn):
+        OPS[name].schedules[target] = fn
+        return fn
+
+    return deco
+
+
+def get_op(name: str) -> OpDef:
+    _load_all()
+    return OPS[name]
+
+
+def _load_all() -> None:
+    from . import _all  # noqa: F401  (imports every op module once, registering them)

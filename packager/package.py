@@ -1,0 +1,73 @@
+"""Packaging a model for a board: import, optimize, lower, write the bundle."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .boards import Board
+from .bundle import write_bundle, write_bundle_files
+from .frontend.importer import import_onnx, load_model
+from .graph.ir import Graph
+from .lowering import lower_graph
+from .reference import random_input, run_reference
+
+
+def make_selftest(model, graph: Graph, seed: int = 0):
+    """Random inputs and the reference's outputs for them."""
+    rng = np.random.default_rng(seed)
+    inputs = [random_input(graph.values[n].shape, graph.values[n].dtype, rng) for n in graph.inputs]
+    outputs = run_reference(model, dict(zip(graph.inputs, inputs)))
+    return inputs, outputs
+
+
+def package(
+    model_path: str,
+    board: Board,
+    out_dir: str,
+    input_shapes: dict[str, list[int]] | None = None,
+    selftest: bool = True,
+    log=None,
+) -> Path:
+    """Package ``model_path`` for ``board`` into ``out_dir``; returns the bundle path."""
+    say = log or (lambda msg: None)
+    t0 = time.perf_counter()
+    model = load_model(model_path)
+    graph = import_onnx(model_path, input_shapes, model)
+    say(f"imported {len(model.graph.node)} ONNX nodes -> {len(graph.nodes)} ops "
+        f"({time.perf_counter() - t0:.1f}s)")
+    kernels, funcs = lower_graph(graph, progress=_progress(say, "lowering"))
+    say(f"generated {len(kernels)} kernels ({time.perf_counter() - t0:.1f}s)")
+    tests = make_selftest(model, graph) if selftest else None
+    manifest = {
+        "format": "packager-bundle",
+        "version": 1,
+        "packager_version": __version__,
+        "model": {"file": Path(model_path).name, "sha256": _sha256(model_path)},
+        "board": {"name": board.name, "arch": board.arch, "cpu": board.cpu},
+        "input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
+    }
+    out = write_bundle(
+        out_dir, lambda tmp: write_bundle_files(tmp, graph, kernels, funcs, manifest, tests)
+    )
+    say(f"wrote {out} ({time.perf_counter() - t0:.1f}s)")
+    return out
+
+
+def _sha256(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _progress(say, what: str):
+    step = {"next": 0.0}
+
+    def report(done: int, total: int):
+        if total >= 20 and (done / total >= step["next"] or done == total):
+            say(f"{what}: {done}/{total}")
+            step["next"] = done / total + 0.25
+
+    return report

@@ -1,0 +1,487 @@
+"""Tensor expressions: the scalar expression tree, iteration variables and tensors.
+
+A tensor is either a placeholder (an input of a kernel) or the result of a compute
+operation, which says what each output element is as an expression of its index
+variables. Shapes are static tuples of Python ints: every model is packaged with
+fixed shapes. Expressions are immutable; nodes compare by identity, so they can be
+dict keys, and structural equality is never implied by ``==`` (use ``eq``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+INDEX = "int64"
+FLOAT_DTYPES = ("float32", "float64")
+INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
+
+_names = itertools.count()
+
+
+def is_float(dtype: str) -> bool:
+    return dtype in FLOAT_DTYPES
+
+
+def _fresh(prefix: str) -> str:
+    return f"{prefix}{next(_names)}"
+
+
+class Expr:
+    """A scalar expression with a dtype. Arithmetic operators build new nodes."""
+
+    dtype: str
+
+    def __add__(self, o):
+        return binary("+", self, o)
+
+    def __radd__(self, o):
+        return binary("+", o, self)
+
+    def __sub__(self, o):
+        return binary("-", self, o)
+
+    def __rsub__(self, o):
+        return binary("-", o, self)
+
+    def __mul__(self, o):
+        return binary("*", self, o)
+
+    def __rmul__(self, o):
+        return binary("*", o, self)
+
+    def __truediv__(self, o):
+        return binary("/", self, o)
+
+    def __rtruediv__(self, o):
+        return binary("/", o, self)
+
+    def __floordiv__(self, o):
+        return binary("floordiv", self, o)
+
+    def __rfloordiv__(self, o):
+        return binary("floordiv", o, self)
+
+    def __mod__(self, o):
+        return binary("floormod", self, o)
+
+    def __rmod__(self, o):
+        return binary("floormod", o, self)
+
+    def __neg__(self):
+        return Unary("neg", self, self.dtype)
+
+    def __lt__(self, o):
+        return binary("<", self, o)
+
+    def __le__(self, o):
+        return binary("<=", self, o)
+
+    def __gt__(self, o):
+        return binary(">", self, o)
+
+    def __ge__(self, o):
+        return binary(">=", self, o)
+
+    __hash__ = object.__hash__
+
+
+@dataclass(eq=False, frozen=True)
+class Var(Expr):
+    name: str
+    dtype: str = INDEX
+
+
+@dataclass(eq=False, frozen=True)
+class Const(Expr):
+    value: int | float | bool
+    dtype: str
+
+
+@dataclass(eq=False, frozen=True)
+class Binary(Expr):
+    """op: + - * / floordiv floormod truncdiv truncmod min max < <= > >= == != and or.
+
+    ``/`` is true division for floats and truncating (C) division for integers;
+    floordiv/floormod round towards minus infinity (index arithmetic uses these).
+    Comparisons and and/or yield bool.
+    """
+
+    op: str
+    a: Expr
+    b: Expr
+    dtype: str
+
+
+@dataclass(eq=False, frozen=True)
+class Unary(Expr):
+    """op: neg, not."""
+
+    op: str
+    a: Expr
+    dtype: str
+
+
+@dataclass(eq=False, frozen=True)
+class Call(Expr):
+    """A pure math function of the C library: exp log sqrt tanh erf floor ceil fabs
+    pow round (half to even: nearbyint) isnan isinf fmod sin cos ..."""
+
+    func: str
+    args: tuple[Expr, ...]
+    dtype: str
+
+
+@dataclass(eq=False, frozen=True)
+class Cast(Expr):
+    a: Expr
+    dtype: str
+
+
+@dataclass(eq=False, frozen=True)
+class Select(Expr):
+    """cond ? t : f. Only the chosen side is evaluated (a guarded load is safe)."""
+
+    cond: Expr
+    t: Expr
+    f: Expr
+    dtype: str
+
+
+@dataclass(eq=False, frozen=True)
+class Load(Expr):
+    """Element ``tensor[indices]`` of a tensor (indices are INDEX expressions)."""
+
+    tensor: Tensor
+    indices: tuple[Expr, ...]
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.tensor.dtype
+
+
+@dataclass(eq=False, frozen=True)
+class IterVar:
+    """A loop variable over [0, extent): a data-parallel axis or a reduction axis."""
+
+    var: Var
+    extent: int
+    kind: str = "data"  # "data" | "reduce"
+
+    @property
+    def name(self) -> str:
+        return self.var.name
+
+
+# An IterVar stands for its variable in arithmetic and indexing: ``A[i, k + 1]``.
+for _m in ("add radd sub rsub mul rmul truediv rtruediv floordiv rfloordiv mod rmod "
+           "neg lt le gt ge").split():
+    setattr(IterVar, f"__{_m}__",
+            (lambda m: lambda self, *o: getattr(self.var, f"__{m}__")(*o))(_m))
+
+
+@dataclass(eq=False, frozen=True)
+class Reduce(Expr):
+    """combiner over ``axes`` of ``body``; combiner: sum, prod, max, min.
+
+    Appears only as the whole body of a compute. ``where`` (optional) masks
+    elements out of the reduction; the empty reduction yields the identity.
+    """
+
+    combiner: str
+    body: Expr
+    axes: tuple[IterVar, ...]
+    where: Expr | None = None
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.body.dtype
+
+
+# --- operations and tensors -------------------------------------------------
+
+
+@dataclass(eq=False)
+class PlaceholderOp:
+    name: str
+
+
+@dataclass(eq=False)
+class ComputeOp:
+    """``out[axis...] = body``; ``tag`` names the op family (for schedules)."""
+
+    name: str
+    axis: tuple[IterVar, ...]
+    body: Expr
+    tag: str = ""
+    attrs: dict = field(default_factory=dict)
+
+    @property
+    def reduce_axis(self) -> tuple[IterVar, ...]:
+        return self.body.axes if isinstance(self.body, Reduce) else ()
+
+    @property
+    def input_tensors(self) -> list[Tensor]:
+        return input_tensors(self.body)
+
+
+@dataclass(eq=False)
+class Tensor:
+    shape: tuple[int, ...]
+    dtype: str
+    op: PlaceholderOp | ComputeOp
+
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def __getitem__(self, idx) -> Load:
+        if not isinstance(idx, tuple):
+            idx = (idx,)
+        if len(idx) != len(self.shape):
+            raise IndexError(f"tensor {self.name} has {len(self.shape)} dims, indexed with {len(idx)}")
+        return Load(self, tuple(as_expr(i, INDEX) for i in idx))
+
+    __hash__ = object.__hash__
+
+
+def placeholder(shape: Sequence[int], dtype: str = "float32", name: str | None = None) -> Tensor:
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}")
+    return Tensor(tuple(int(d) for d in shape), dtype, PlaceholderOp(name or _fresh("p")))
+
+
+def compute(
+    shape: Sequence[int],
+    fcompute: Callable[..., Expr],
+    name: str | None = None,
+    tag: str = "",
+    attrs: dict | None = None,
+) -> Tensor:
+    """A tensor of ``shape`` whose element at (i0, i1, ...) is ``fcompute(i0, i1, ...)``."""
+    name = name or _fresh("c")
+    axis = tuple(IterVar(Var(f"{name}_i{k}"), int(d)) for k, d in enumerate(shape))
+    body = fcompute(*[iv.var for iv in axis])
+    if not isinstance(body, Expr):
+        raise TypeError(f"compute {name}: body must be an Expr, got {type(body).__name__}")
+    op = ComputeOp(name, axis, body, tag, dict(attrs or {}))
+    return Tensor(tuple(int(d) for d in shape), body.dtype, op)
+
+
+def reduce_axis(extent: int, name: str | None = None) -> IterVar:
+    return IterVar(Var(name or _fresh("r")), int(extent), "reduce")
+
+
+def _reducer(combiner: str):
+    def make(body: Expr, axis, where: Expr | None = None) -> Reduce:
+        axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
+        return Reduce(combiner, as_expr(body), axes, where)
+
+    make.__name__ = combiner
+    return make
+
+
+sum = _reducer("sum")  # noqa: A001 - mirrors the math it names
+prod = _reducer("prod")
+max_reduce = _reducer("max")
+min_reduce = _reducer("min")
+
+
+# --- builders ---------------------------------------------------------------
+
+
+def const(value, dtype: str) -> Const:
+    if dtype == "bool":
+        value = bool(value)
+    elif is_float(dtype):
+        value = float(value)
+    else:
+        value = int(value)
+    return Const(value, dtype)
+
+
+def as_expr(x, like: str | None = None) -> Expr:
+    """An Expr from an Expr or a Python number (typed like ``like`` if given)."""
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, IterVar):
+        return x.var
+    if isinstance(x, bool):
+        return const(x, like or "bool")
+    if isinstance(x, int):
+        return const(x, like or INDEX)
+    if isinstance(x, float):
+        return const(x, like if like and is_float(like) else "float32")
+    raise TypeError(f"cannot make an expression from {type(x).__name__}")
+
+
+_COMPARE = ("<", "<=", ">", ">=", "==", "!=")
+_LOGIC = ("and", "or")
+
+
+def binary(op: str, a, b) -> Binary:
+    a = a.var if isinstance(a, IterVar) else a
+    b = b.var if isinstance(b, IterVar) else b
+    if not isinstance(a, Expr):
+        a = as_expr(a, b.dtype)
+    if not isinstance(b, Expr):
+        b = as_expr(b, a.dtype)
+    if a.dtype != b.dtype:
+        raise TypeError(f"'{op}' between {a.dtype} and {b.dtype}: cast one side first")
+    dtype = "bool" if op in _COMPARE or op in _LOGIC else a.dtype
+    return Binary(op, a, b, dtype)
+
+
+def min_(a, b) -> Binary:
+    return binary("min", a, b)
+
+
+def max_(a, b) -> Binary:
+    return binary("max", a, b)
+
+
+def eq(a, b) -> Binary:
+    return binary("==", a, b)
+
+
+def ne(a, b) -> Binary:
+    return binary("!=", a, b)
+
+
+def all_of(*conds) -> Expr:
+    """Logical and of the conditions (True if none)."""
+    out: Expr | None = None
+    for c in conds:
+        out = c if out is None else binary("and", out, c)
+    return out if out is not None else const(True, "bool")
+
+
+def any_of(*conds) -> Expr:
+    out: Expr | None = None
+    for c in conds:
+        out = c if out is None else binary("or", out, c)
+    return out if out is not None else const(False, "bool")
+
+
+def logical_not(a: Expr) -> Unary:
+    return Unary("not", a, "bool")
+
+
+def select(cond, t, f) -> Select:
+    if isinstance(t, Expr) and not isinstance(f, Expr):
+        f = as_expr(f, t.dtype)
+    elif isinstance(f, Expr) and not isinstance(t, Expr):
+        t = as_expr(t, f.dtype)
+    t, f = as_expr(t), as_expr(f)
+    if t.dtype != f.dtype:
+        raise TypeError(f"select between {t.dtype} and {f.dtype}")
+    return Select(as_expr(cond), t, f, t.dtype)
+
+
+def cast(dtype: str, a) -> Expr:
+    a = as_expr(a, dtype)
+    return a if a.dtype == dtype else Cast(a, dtype)
+
+
+def call(func: str, *args, dtype: str | None = None) -> Call:
+    args = tuple(as_expr(a) for a in args)
+    return Call(func, args, dtype or args[0].dtype)
+
+
+# --- traversal --------------------------------------------------------------
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    if isinstance(e, Binary):
+        return (e.a, e.b)
+    if isinstance(e, (Unary, Cast)):
+        return (e.a,)
+    if isinstance(e, Call):
+        return e.args
+    if isinstance(e, Select):
+        return (e.cond, e.t, e.f)
+    if isinstance(e, Load):
+        return e.indices
+    if isinstance(e, Reduce):
+        return (e.body,) if e.where is None else (e.body, e.where)
+    return ()
+
+
+def walk(e: Expr):
+    """Every node of the tree under ``e``, parents before children."""
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(children(n)))
+
+
+def input_tensors(e: Expr) -> list[Tensor]:
+    """Tensors loaded by ``e``, in first-use order, without duplicates."""
+    seen: dict[int, Tensor] = {}
+    for n in walk(e):
+        if isinstance(n, Load) and id(n.tensor) not in seen:
+            seen[id(n.tensor)] = n.tensor
+    return list(seen.values())
+
+
+def substitute(e: Expr, mapping: dict) -> Expr:
+    """Replace Vars (keys: Var objects) by expressions; rebuilds only what changes."""
+    return rewrite(e, lambda n: mapping.get(n) if isinstance(n, Var) else None)
+
+
+def rewrite(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
+    """Bottom-up rewrite: ``fn(node)`` returns a replacement or None to keep the node
+    (with its rewritten children)."""
+    memo: dict[int, Expr] = {}
+
+    def go(n: Expr) -> Expr:
+        key = id(n)
+        if key in memo:
+            return memo[key]
+        r = fn(n)
+        if r is None:
+            r = _rebuild(n, go)
+        memo[key] = r
+        return r
+
+    return go(e)
+
+
+def _rebuild(n: Expr, go) -> Expr:
+    if isinstance(n, Binary):
+        a, b = go(n.a), go(n.b)
+        return n if (a is n.a and b is n.b) else Binary(n.op, a, b, n.dtype)
+    if isinstance(n, Unary):
+        a = go(n.a)
+        return n if a is n.a else Unary(n.op, a, n.dtype)
+    if isinstance(n, Cast):
+        a = go(n.a)
+        return n if a is n.a else Cast(a, n.dtype)
+    if isinstance(n, Call):
+        args = tuple(go(x) for x in n.args)
+        return n if all(x is y for x, y in zip(args, n.args)) else Call(n.func, args, n.dtype)
+    if isinstance(n, Select):
+        c, t, f = go(n.cond), go(n.t), go(n.f)
+        return n if (c is n.cond and t is n.t and f is n.f) else Select(c, t, f, n.dtype)
+    if isinstance(n, Load):
+        idx = tuple(go(x) for x in n.indices)
+        return n if all(x is y for x, y in zip(idx, n.indices)) else Load(n.tensor, idx)
+    if isinstance(n, Reduce):
+        body = go(n.body)
+        where = go(n.where) if n.where is not None else None
+        return n if (body is n.body and where is n.where) else Reduce(n.combiner, body, n.axes, where)
+    return n

@@ -1,0 +1,337 @@
+"""Lowering: a Schedule to a loop-IR PrimFunc.
+
+Each root stage becomes a loop nest over its leaf IterVars; the original axes are
+recovered from the leaves through the split/fuse relations (non-dividing splits
+add a guard). Inlined stages are substituted into their consumers (memoized per
+(stage, index), so chains stay DAGs); stages computed at a consumer's loop get a
+local buffer covering the region bound inference finds, addressed relative to the
+region's base. Reductions store the identity, then update in place. Non-argument
+root stages get a whole-tensor temporary. A final pass simplifies every
+expression with the ranges of all loops and hoists constant-size allocations out
+of serial loops (up to the nearest parallel loop, so threads keep private copies).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from .bound import infer_region
+from .expr import INDEX, Binary, Const, Expr, Load, PlaceholderOp, Tensor, const, input_tensors
+from .ir import (
+    Allocate,
+    Buffer,
+    BufferLoad,
+    For,
+    IfThenElse,
+    PrimFunc,
+    Seq,
+    Stmt,
+    Store,
+    seq,
+)
+from .schedule import Fuse, Schedule, Split, Stage
+from .simplify import INT_RANGE, Simplifier, rewrite_all, substitute_vars
+
+_COMBINE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
+
+
+def _ic(v: int) -> Const:
+    return Const(int(v), INDEX)
+
+
+def identity(combiner: str, dtype: str) -> Const:
+    """The value of an empty reduction."""
+    if combiner in ("sum", "prod"):
+        return const(0 if combiner == "sum" else 1, dtype)
+    if dtype in ("float32", "float64"):
+        return const(-math.inf if combiner == "max" else math.inf, dtype)
+    lo, hi = INT_RANGE[dtype]
+    return const(lo if combiner == "max" else hi, dtype)
+
+
+def flat_index(indices, shape) -> Expr:
+    out: Expr = _ic(0)
+    for idx, dim in zip(indices, shape):
+        out = out * dim + idx
+    return out
+
+
+class _Nest:
+    """Leaf loops of one stage for one region: extents, root values, guards."""
+
+    def __init__(self, stage: Stage, region: list):
+        op = stage.op
+        roots = list(op.axis) + list(op.reduce_axis)
+        bases = [b for b, _ in region] + [_ic(0)] * len(op.reduce_axis)
+        ext = {iv: e for iv, (_, e) in zip(op.axis, region)}
+        ext.update({iv: iv.extent for iv in op.reduce_axis})
+        for rel in stage.relations:
+            if isinstance(rel, Split):
+                e = ext[rel.parent]
+                inner = rel.factor if rel.factor is not None else -(-e // rel.nparts)
+                ext[rel.inner] = inner
+                ext[rel.outer] = -(-e // inner)
+            else:
+                ext[rel.fused] = ext[rel.outer] * ext[rel.inner]
+        value = {iv: iv.var for iv in stage.leaf_iter_vars}
+        guards: list[tuple[str, Expr]] = []
+        for rel in reversed(stage.relations):
+            if isinstance(rel, Split):
+                v = value[rel.outer] * ext[rel.inner] + value[rel.inner]
+                value[rel.parent] = v
+                if ext[rel.outer] * ext[rel.inner] != ext[rel.parent]:
+                    guards.append((rel.parent.kind, v < ext[rel.parent]))
+            elif isinstance(rel, Fuse):
+                value[rel.outer] = value[rel.fused] // ext[rel.inner]
+                value[rel.inner] = value[rel.fused] % ext[rel.inner]
+        self.stage = stage
+        self.ext = ext
+        self.rel_value = [value[iv] for iv in op.axis]  # relative to the region base
+        self.var_map = {iv.var: b + value[iv] for iv, b in zip(roots, bases)}
+        self.guards = guards
+        self.shape = tuple(e for _, e in region)
+        self.bases = tuple(b for b, _ in region)
+
+
+class _Lowering:
+    def __init__(self, sch: Schedule, args: list[Tensor], name: str):
+        self.sch = sch
+        self.name = name
+        self.ranges: dict = {}
+        self.simp = Simplifier(self.ranges)
+        self.buffers: dict[int, tuple[Buffer, tuple]] = {}  # tensor id -> (buffer, origin)
+        self.names: set[str] = set()
+        self.params = [self._bind(t, tuple(_ic(0) for _ in t.shape), t.shape) for t in args]
+        self.inline_memo: dict = {}
+        self.inlined: dict[int, Expr] = {}
+        self.attached: dict[int, list[Stage]] = {}
+        for st in sch.stages:
+            if st.attach_type == "scope":
+                self.attached.setdefault(id(st.attach_ivar), []).append(st)
+
+    def _bind(self, t: Tensor, origin: tuple, shape: tuple, scope="global") -> Buffer:
+        base = re.sub(r"\W", "_", t.name) or "t"
+        if base[0].isdigit():
+            base = "t" + base
+        name, k = base, 1
+        while name in self.names:
+            name, k = f"{base}_{k}", k + 1
+        self.names.add(name)
+        buf = Buffer(name, t.dtype, tuple(shape), scope)
+        self.buffers[id(t)] = (buf, origin)
+        return buf
+
+    # --- inlining ---
+
+    def body_of(self, st: Stage) -> Expr:
+        """The stage's body with every inlined producer substituted."""
+        got = self.inlined.get(id(st))
+        if got is None:
+            got = self.inlined[id(st)] = rewrite_all(st.op.body, self._inline_load)
+        return got
+
+    def _inline_load(self, n: Expr) -> Expr:
+        if not isinstance(n, Load):
+            return n
+        st = self.sch.stage_of(n.tensor)
+        if st is None or st.attach_type != "inline" or id(n.tensor) in self.buffers:
+            return n
+        idx = tuple(self.simp(i) for i in n.indices)
+        key = (id(n.tensor),) + tuple(id(i) for i in idx)
+        got = self.inline_memo.get(key)
+        if got is None:
+            mapping = {iv.var: i for iv, i in zip(st.op.axis, idx)}
+            got = self.simp(substitute_vars(self.body_of(st), mapping))
+            self.inline_memo[key] = got
+        return got
+
+    # --- loop nests ---
+
+    def stage_nest(self, st: Stage, region: list) -> Stmt:
+        nest = _Nest(st, region)
+        for iv in st.leaf_iter_vars:
+            self.ranges[iv.var] = (0, nest.ext[iv] - 1)
+        body = substitute_vars(self.body_of(st), nest.var_map)
+        reduce = getattr(body, "combiner", None)
+        value = body.body if reduce else body
+        allocs = self._attach_producers(st, nest, [value] + ([body.where] if reduce and
+                                                             body.where is not None else []))
+        buf, _ = self.buffers[id(st.tensor)]
+        index = flat_index(nest.rel_value, buf.shape)
+        leaves = st.leaf_iter_vars
+        if not reduce:
+            store = Store(buf, index, self.to_buffers(value))
+            return self.loops(st, nest, leaves, _guard(nest.guards, store), allocs)
+        split_at = next((k for k, iv in enumerate(leaves) if iv.kind == "reduce"), len(leaves))
+        init = Store(buf, index, identity(reduce, body.dtype))
+        update = Store(buf, index, Binary(_COMBINE[reduce], BufferLoad(buf, index),
+                                          self.to_buffers(value), body.dtype))
+        upd: Stmt = update
+        if body.where is not None:
+            upd = IfThenElse(self.to_buffers(body.where), update)
+        data_guards = [g for g in nest.guards if g[0] == "data"]
+        inner = leaves[split_at:]
+        init_nest = self.loops(st, nest, [iv for iv in inner if iv.kind == "data"],
+                               _guard(data_guards, init), {}, attach=False)
+        upd_nest = self.loops(st, nest, inner, _guard(nest.guards, upd), allocs)
+        return self.loops(st, nest, leaves[:split_at], seq(init_nest, upd_nest), allocs)
+
+    def loops(self, st, nest, leaves, body: Stmt, allocs: dict, attach=True) -> Stmt:
+        for iv in reversed(leaves):
+            if attach and id(iv) in allocs:
+                prod_nests, bufs = allocs[id(iv)]
+                body = seq(*prod_nests, body)
+                for b in bufs:
+                    body = Allocate(b, body)
+            kind = st.iter_attrs.get(iv, "serial")
+            body = For(iv.var, _ic(0), _ic(nest.ext[iv]), kind, body,
+                       st.thread_tags.get(iv, ""))
+        return body
+
+    def _attach_producers(self, st: Stage, nest: _Nest, exprs: list) -> dict:
+        """Lower the stages computed at this stage's leaves: {leaf id: (nests, bufs)}."""
+        out: dict = {}
+        leaves = st.leaf_iter_vars
+        for k, iv in enumerate(leaves):
+            for prod in self.attached.get(id(iv), []):
+                self._check_single_consumer(prod, st)
+                ranging = {x.var: (0, nest.ext[x] - 1) for x in leaves[k + 1 :]}
+                region = infer_region(exprs, prod.tensor, ranging, self.simp)
+                shape = tuple(e for _, e in region)
+                buf = self._bind(prod.tensor, tuple(b for b, _ in region), shape, "local")
+                nests, bufs = out.setdefault(id(iv), ([], []))
+                nests.append(self.stage_nest(prod, region))
+                bufs.append(buf)
+        return out
+
+    def _check_single_consumer(self, prod: Stage, consumer: Stage) -> None:
+        for st in self.sch.stages:
+            if st is consumer or st.attach_type == "inline":
+                continue
+            if any(t is prod.tensor for t in input_tensors(self.body_of(st))):
+                raise NotImplementedError(
+                    f"{prod.name} is computed at {consumer.name} but also read by {st.name}")
+
+    def to_buffers(self, e: Expr) -> Expr:
+        """Tensor loads become flat buffer loads (relative to a local region's base)."""
+
+        def conv(n: Expr) -> Expr:
+            if not isinstance(n, Load):
+                return n
+            got = self.buffers.get(id(n.tensor))
+            if got is None:
+                kind = "placeholder" if isinstance(n.tensor.op, PlaceholderOp) else "stage"
+                raise ValueError(f"{kind} {n.tensor.name} is read but is not an argument "
+                                 "and has no buffer here")
+            buf, origin = got
+            idx = [i - o for i, o in zip(n.indices, origin)]
+            return BufferLoad(buf, flat_index(idx, buf.shape))
+
+        return rewrite_all(e, conv)
+
+    # --- the whole function ---
+
+    def run(self) -> PrimFunc:
+        temps = []
+        for st in self.sch.stages:
+            if st.attach_type == "root" and id(st.tensor) not in self.buffers:
+                temps.append(self._bind(st.tensor, tuple(_ic(0) for _ in st.tensor.shape),
+                                        st.tensor.shape))
+        for t in self.sch.outputs:
+            if id(t) not in self.buffers or self.buffers[id(t)][0] in temps:
+                raise ValueError(f"output {t.name} is not among the kernel arguments")
+        nests = []
+        for st in self.sch.stages:
+            if st.attach_type == "root":
+                region = [(_ic(0), d) for d in st.tensor.shape]
+                nests.append(self.stage_nest(st, region))
+        body = seq(*nests)
+        for buf in reversed(temps):
+            body = Allocate(buf, body)
+        body = _Finish(self.ranges).stmt(body)
+        body = _hoist_allocations(body)
+        return PrimFunc(self.name, self.params, body)
+
+
+def _guard(guards: list, s: Stmt) -> Stmt:
+    if not guards:
+        return s
+    cond = guards[0][1]
+    for _, g in guards[1:]:
+        cond = Binary("and", cond, g, "bool")
+    return IfThenElse(cond, s)
+
+
+class _Finish:
+    """Simplify every expression with all loop ranges known; drop dead branches."""
+
+    def __init__(self, ranges: dict):
+        self.simp = Simplifier(ranges)
+
+    def stmt(self, s: Stmt) -> Stmt | None:
+        simp = self.simp
+        if isinstance(s, Store):
+            return Store(s.buffer, simp(s.index), simp(s.value))
+        if isinstance(s, For):
+            body = self.stmt(s.body)
+            if body is None:
+                return None
+            return For(s.var, simp(s.min), simp(s.extent), s.kind, body, s.thread_tag)
+        if isinstance(s, Seq):
+            parts = [self.stmt(x) for x in s.stmts]
+            parts = [p for p in parts if p is not None]
+            return seq(*parts) if parts else None
+        if isinstance(s, IfThenElse):
+            cond = simp(s.cond)
+            if isinstance(cond, Const):
+                return self.stmt(s.then if cond.value else s.else_) if (
+                    cond.value or s.else_ is not None) else None
+            then = self.stmt(s.then)
+            els = self.stmt(s.else_) if s.else_ is not None else None
+            return IfThenElse(cond, then, els) if then is not None else None
+        if isinstance(s, Allocate):
+            body = self.stmt(s.body)
+            return Allocate(s.buffer, body) if body is not None else None
+        return s
+
+
+def _hoist_allocations(s: Stmt) -> Stmt:
+    """Move Allocates out of serial loops: one buffer reused by every iteration
+    instead of one allocation per iteration. Parallel loops keep theirs."""
+    body, lifted = _hoist(s)
+    for buf in reversed(lifted):
+        body = Allocate(buf, body)
+    return body
+
+
+def _hoist(s: Stmt) -> tuple[Stmt, list[Buffer]]:
+    if isinstance(s, Allocate):
+        body, lifted = _hoist(s.body)
+        return body, [s.buffer] + lifted
+    if isinstance(s, For):
+        body, lifted = _hoist(s.body)
+        if s.kind in ("parallel", "thread_binding"):
+            for buf in reversed(lifted):
+                body = Allocate(buf, body)
+            lifted = []
+        return For(s.var, s.min, s.extent, s.kind, body, s.thread_tag), lifted
+    if isinstance(s, Seq):
+        parts, lifted = [], []
+        for x in s.stmts:
+            b, l2 = _hoist(x)
+            parts.append(b)
+            lifted += l2
+        return Seq(parts), lifted
+    if isinstance(s, IfThenElse):
+        then, l1 = _hoist(s.then)
+        els, l2 = _hoist(s.else_) if s.else_ is not None else (None, [])
+        return IfThenElse(s.cond, then, els), l1 + l2
+    return s, []
+
+
+def lower(sch: Schedule, args: list[Tensor], name: str) -> PrimFunc:
+    """The kernel ``name`` computing the schedule; ``args``: placeholders then
+    outputs, in kernel-ABI order."""
+    return _Lowering(sch, list(args), name).run()
+

@@ -1,0 +1,221 @@
+"""Schedules: how to run the computes of a tensor expression, kept apart from what
+they compute.
+
+A Schedule has one Stage per compute op reachable from its outputs (placeholders
+have none), in producer-before-consumer order. A Stage starts with the op's axes
+then reduce axes as its leaf iteration variables; split/fuse record relations
+between IterVars and replace leaves, reorder permutes them, and per-leaf
+annotations (parallel, vectorized, unrolled, thread binding) choose loop kinds.
+Extents are re-derived from the relations at lowering time, so a stage computed
+at a consumer's loop (whose region is smaller than its shape) keeps its schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .expr import ComputeOp, IterVar, Tensor, Var
+
+
+@dataclass(eq=False)
+class Split:
+    parent: IterVar
+    outer: IterVar
+    inner: IterVar
+    factor: int | None
+    nparts: int | None
+
+
+@dataclass(eq=False)
+class Fuse:
+    outer: IterVar
+    inner: IterVar
+    fused: IterVar
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(eq=False)
+class Stage:
+    tensor: Tensor
+    is_output: bool = False
+    leaf_iter_vars: list[IterVar] = field(default_factory=list)
+    relations: list = field(default_factory=list)
+    iter_attrs: dict = field(default_factory=dict)  # IterVar -> loop kind
+    thread_tags: dict = field(default_factory=dict)  # IterVar -> "blockIdx.x" ...
+    attach_type: str = "root"  # root | inline | scope
+    attach_stage: Stage | None = None
+    attach_ivar: IterVar | None = None
+
+    def __post_init__(self):
+        self.leaf_iter_vars = list(self.op.axis) + list(self.op.reduce_axis)
+
+    @property
+    def op(self) -> ComputeOp:
+        return self.tensor.op
+
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    # --- loop transforms ---
+
+    def _leaf_pos(self, iv: IterVar) -> int:
+        for k, leaf in enumerate(self.leaf_iter_vars):
+            if leaf is iv:
+                return k
+        raise ValueError(f"{iv.name} is not a leaf iteration variable of stage {self.name}")
+
+    def split(self, iv: IterVar, factor: int | None = None, nparts: int | None = None):
+        """(outer, inner) with inner extent ``factor`` (or outer extent ``nparts``).
+        A factor that does not divide the extent is fine: the tail is guarded."""
+        if (factor is None) == (nparts is None):
+            raise ValueError("split takes exactly one of factor and nparts")
+        if (factor or nparts) <= 0:
+            raise ValueError("split factor must be positive")
+        pos = self._leaf_pos(iv)
+        inner_ext = factor if factor is not None else _ceil_div(iv.extent, nparts)
+        outer_ext = nparts if nparts is not None else _ceil_div(iv.extent, factor)
+        outer = IterVar(Var(f"{iv.name}_o"), outer_ext, iv.kind)
+        inner = IterVar(Var(f"{iv.name}_i"), inner_ext, iv.kind)
+        self.relations.append(Split(iv, outer, inner, factor, nparts))
+        self.leaf_iter_vars[pos : pos + 1] = [outer, inner]
+        return outer, inner
+
+    def fuse(self, *ivs: IterVar) -> IterVar:
+        """One IterVar running over the adjacent leaves ``ivs`` (outermost first)."""
+        if not ivs:
+            raise ValueError("fuse needs at least one IterVar")
+        out = ivs[0]
+        for iv in ivs[1:]:
+            out = self._fuse2(out, iv)
+        return out
+
+    def _fuse2(self, outer: IterVar, inner: IterVar) -> IterVar:
+        pos = self._leaf_pos(outer)
+        if self._leaf_pos(inner) != pos + 1:
+            raise ValueError(f"fuse: {outer.name} and {inner.name} are not adjacent leaves")
+        if outer.kind != inner.kind:
+            raise ValueError("fuse: cannot fuse a data axis with a reduction axis")
+        fused = IterVar(Var(f"{outer.name}_{inner.name}_f"), outer.extent * inner.extent,
+                        outer.kind)
+        self.relations.append(Fuse(outer, inner, fused))
+        self.leaf_iter_vars[pos : pos + 2] = [fused]
+        return fused
+
+    def reorder(self, *ivs: IterVar) -> None:
+        """Put ``ivs`` in this order, in the leaf positions they occupy now."""
+        slots = sorted(self._leaf_pos(iv) for iv in ivs)
+        if len(set(slots)) != len(slots):
+            raise ValueError("reorder: repeated IterVar")
+        for slot, iv in zip(slots, ivs):
+            self.leaf_iter_vars[slot] = iv
+
+    def tile(self, x: IterVar, y: IterVar, x_factor: int, y_factor: int):
+        xo, xi = self.split(x, x_factor)
+        yo, yi = self.split(y, y_factor)
+        self.reorder(xo, yo, xi, yi)
+        return xo, yo, xi, yi
+
+    # --- loop annotations ---
+
+    def _annotate(self, iv: IterVar, kind: str) -> None:
+        self._leaf_pos(iv)
+        self.iter_attrs[iv] = kind
+
+    def vectorize(self, iv: IterVar) -> None:
+        self._annotate(iv, "vectorized")
+
+    def unroll(self, iv: IterVar) -> None:
+        self._annotate(iv, "unrolled")
+
+    def parallel(self, iv: IterVar) -> None:
+        if iv.kind == "reduce":
+            raise ValueError("parallel on a reduction axis would race on the output")
+        self._annotate(iv, "parallel")
+
+    def bind(self, iv: IterVar, thread_tag: str) -> None:
+        """Bind a leaf to a GPU grid axis (blockIdx.x, threadIdx.y, ...)."""
+        self._annotate(iv, "thread_binding")
+        self.thread_tags[iv] = thread_tag
+
+    # --- placement ---
+
+    def compute_inline(self) -> None:
+        if self.op.reduce_axis:
+            raise ValueError(f"cannot inline the reduction {self.name}")
+        if self.is_output:
+            raise ValueError(f"cannot inline the output {self.name}")
+        self.attach_type = "inline"
+
+    def compute_at(self, parent: Stage, iv: IterVar) -> None:
+        """Compute the part of this stage that ``parent`` needs per iteration of
+        ``parent``'s leaf ``iv``, just inside that loop."""
+        parent._leaf_pos(iv)
+        if self.is_output:
+            raise ValueError(f"cannot compute the output {self.name} at another stage")
+        self.attach_type = "scope"
+        self.attach_stage = parent
+        self.attach_ivar = iv
+
+    def compute_root(self) -> None:
+        self.attach_type = "root"
+        self.attach_stage = self.attach_ivar = None
+
+
+class Schedule:
+    def __init__(self, outputs: list[Tensor]):
+        self.outputs = list(outputs)
+        self.stages: list[Stage] = []
+        self._by_op: dict[int, Stage] = {}
+        for t in _post_order(self.outputs):
+            st = Stage(t, is_output=any(t is o for o in self.outputs))
+            self.stages.append(st)
+            self._by_op[id(t.op)] = st
+
+    def __getitem__(self, t) -> Stage:
+        op = t.op if isinstance(t, Tensor) else t
+        st = self._by_op.get(id(op))
+        if st is None:
+            raise KeyError(f"{getattr(op, 'name', op)} has no stage in this schedule")
+        return st
+
+    def stage_of(self, t: Tensor) -> Stage | None:
+        return self._by_op.get(id(t.op))
+
+
+def _post_order(outputs: list[Tensor]) -> list[Tensor]:
+    """Compute tensors reachable from ``outputs``, producers first."""
+    order: list[Tensor] = []
+    seen: set[int] = set()
+    for out in outputs:
+        stack = [(out, False)]
+        while stack:
+            t, ready = stack.pop()
+            if not isinstance(t.op, ComputeOp) or (id(t) in seen and not ready):
+                continue
+            if ready:
+                if id(t) not in seen:
+                    seen.add(id(t))
+                    order.append(t)
+                continue
+            stack.append((t, True))
+            stack.extend((x, False) for x in reversed(t.op.input_tensors) if id(x) not in seen)
+    return order
+
+
+def create_schedule(outs) -> Schedule:
+    """A schedule computing ``outs`` (a Tensor or a list) with every stage at root."""
+    return Schedule([outs] if isinstance(outs, Tensor) else list(outs))
+
+
+def default_schedule(outs) -> Schedule:
+    """The safe default for any op: inline every non-output elementwise stage (no
+    reduce axes), keep reductions at root, no loop transforms."""
+    sch = create_schedule(outs)
+    for st in sch.stages:
+        if not st.is_output and not st.op.reduce_axis:
+            st.compute_inline()
+    return sch

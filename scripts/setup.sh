@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs everything the packager and its tests need on a fresh Debian machine:
+# a C compiler from Debian, then a virtual environment with the Python dependencies.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
+python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  else
+    echo "setup: please install: ${need_apt[*]}" >&2
+    exit 1
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+if [ ! -f "$stamp" ]; then
+  .venv/bin/pip install -q --upgrade pip >/dev/null
+  .venv/bin/pip install -q -e ".[test]"
+  touch "$stamp"
+fi

@@ -1,0 +1,28 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _object_cache(tmp_path_factory):
+    """Tests share one object cache, kept across runs unless CI asks for a clean one."""
+    os.environ.setdefault("PACKAGER_CACHE_DIR", str(ROOT / ".cache"))
+    yield
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run the packager CLI in-process: returns (exit code, stdout, stderr)."""
+    from packager.cli import main
+
+    def run(*args):
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

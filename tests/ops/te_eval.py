@@ -1,0 +1,129 @@
+"""A numpy interpreter of tensor expressions: checks computes without the C path.
+
+Each compute is evaluated at once over a grid of its data axes followed by its
+reduce axes (broadcast numpy arrays); loads clip their indices because both sides
+of a select are evaluated here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from packager import te
+from packager.graph.ir import np_dtype
+
+_BIN = {
+    "+": np.add, "-": np.subtract, "*": np.multiply, "min": np.minimum, "max": np.maximum,
+    "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+    "==": np.equal, "!=": np.not_equal, "and": np.logical_and, "or": np.logical_or,
+    "floordiv": np.floor_divide, "floormod": np.mod,
+}
+_CALL = {"fabs": np.abs, "round": np.rint, "isnan": np.isnan, "isinf": np.isinf}
+_RED = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
+
+
+def _div(a, b, dtype):
+    if te.is_float(dtype):
+        return np.true_divide(a, b)
+    q = np.trunc(np.true_divide(a, np.where(b == 0, 1, b)))
+    return q.astype(np_dtype(dtype))
+
+
+class _Eval:
+    def __init__(self, env: dict, values: dict):
+        self.env, self.values = env, values
+        self.memo: dict[int, np.ndarray] = {}
+
+    def __call__(self, e: te.Expr):
+        k = id(e)
+        if k not in self.memo:
+            self.memo[k] = self._eval(e)
+        return self.memo[k]
+
+    def _eval(self, e):
+        dt = np_dtype(e.dtype)
+        if isinstance(e, te.Var):
+            return self.env[e]
+        if isinstance(e, te.Const):
+            return np.array(e.value, dtype=dt)
+        if isinstance(e, te.Binary):
+            a, b = self(e.a), self(e.b)
+            if e.op in ("/", "truncdiv"):
+                return _div(a, b, e.a.dtype)
+            if e.op == "truncmod":
+                return np.fmod(a, b)
+            with np.errstate(all="ignore"):
+                out = _BIN[e.op](a, b)
+            return out.astype(dt)
+        if isinstance(e, te.Unary):
+            a = self(e.a)
+            return np.logical_not(a) if e.op == "not" else np.negative(a)
+        if isinstance(e, te.Cast):
+            a = self(e.a)
+            if te.is_float(e.a.dtype) and not te.is_float(e.dtype) and e.dtype != "bool":
+                a = np.trunc(a)
+            return a.astype(dt)
+        if isinstance(e, te.Call):
+            args = [self(a) for a in e.args]
+            fn = _CALL.get(e.func) or getattr(np, {"pow": "power"}.get(e.func, e.func), None)
+            if fn is None:
+                import scipy.special as sp  # erf
+
+                fn = getattr(sp, e.func)
+            with np.errstate(all="ignore"):
+                return np.asarray(fn(*args)).astype(dt)
+        if isinstance(e, te.Select):
+            return np.where(self(e.cond), self(e.t), self(e.f)).astype(dt)
+        if isinstance(e, te.Load):
+            data = self.values[id(e.tensor)]
+            if data.ndim == 0:
+                return data
+            idx = [np.clip(self(i), 0, n - 1) for i, n in zip(e.indices, data.shape)]
+            return data[tuple(idx)]
+        raise TypeError(f"cannot evaluate {type(e).__name__}")
+
+
+def _run_compute(op: te.ComputeOp, values: dict) -> np.ndarray:
+    body = op.body
+    red = body.axes if isinstance(body, te.Reduce) else ()
+    ivs = list(op.axis) + list(red)
+    extents = [iv.extent for iv in ivs]
+    env = {}
+    for k, iv in enumerate(ivs):
+        shape = [1] * len(ivs)
+        shape[k] = iv.extent
+        env[iv.var] = np.arange(iv.extent, dtype=np.int64).reshape(shape)
+    ev = _Eval(env, values)
+    dt = np_dtype(body.dtype)
+    if not red:
+        return np.broadcast_to(ev(body), extents).astype(dt)
+    v = np.broadcast_to(ev(body.body), extents).astype(dt)
+    axes = tuple(range(len(op.axis), len(ivs)))
+    if body.where is not None:
+        mask = np.broadcast_to(ev(body.where), extents)
+        ident = {"sum": 0, "prod": 1}.get(body.combiner)
+        if ident is None:
+            info = np.finfo(dt) if te.is_float(body.dtype) else np.iinfo(dt)
+            ident = info.min if body.combiner == "max" else info.max
+            if te.is_float(body.dtype):
+                ident = -np.inf if body.combiner == "max" else np.inf
+        v = np.where(mask, v, np.array(ident, dtype=dt))
+    return _RED[body.combiner](v, axis=axes).astype(dt)
+
+
+def evaluate(outputs: list[te.Tensor], feeds: dict) -> list[np.ndarray]:
+    """Values of ``outputs``; ``feeds`` maps each placeholder Tensor to an array."""
+    values = {id(t): np.asarray(a) for t, a in feeds.items()}
+
+    def go(t: te.Tensor):
+        if id(t) in values:
+            return
+        if isinstance(t.op, te.PlaceholderOp):
+            raise KeyError(f"no value fed for placeholder {t.name}")
+        for dep in t.op.input_tensors:
+            go(dep)
+        values[id(t)] = _run_compute(t.op, values)
+
+    for t in outputs:
+        go(t)
+    return [values[id(t)] for t in outputs]
