@@ -64,8 +64,8 @@ typedef struct {
  * memory: caller-provided buffer for the tensor data (arena, inputs, outputs), 64-byte
  * aligned, of at least pk_graph_memory_bytes; NULL lets the runtime allocate it. Graph
  * metadata is always allocated with malloc. */
-pk_status pk_graph_create(const char* json, size_t json_len, const void* params,
-                          size_t params_len, void* memory, size_t memory_len, pk_graph** out);
+pk_status pk_graph_create(const char* json, size_t json_len, const void* params, size_t params_len,
+                          void* memory, size_t memory_len, pk_graph** out);
 
 /* Bytes of `memory` that pk_graph_create needs for this graph.json. */
 pk_status pk_graph_memory_bytes(const char* json, size_t json_len, size_t* out);

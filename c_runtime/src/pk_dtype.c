@@ -47,9 +47,12 @@ int pk_shape_bytes(const int64_t* shape, int32_t ndim, size_t elem_size, size_t*
     int zero = 0;
     for (int32_t i = 0; i < ndim; i++) {
         if (shape[i] < 0) return 0;
-        if (shape[i] == 0) zero = 1;
-        else if (n > limit / (uint64_t)shape[i]) return 0;
-        else n *= (uint64_t)shape[i];
+        if (shape[i] == 0)
+            zero = 1;
+        else if (n > limit / (uint64_t)shape[i])
+            return 0;
+        else
+            n *= (uint64_t)shape[i];
     }
     if (n > limit - PK_ALIGN) return 0; /* leaves room to round up to the alignment */
     *bytes = zero ? 0 : (size_t)n;

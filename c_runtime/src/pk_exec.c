@@ -29,7 +29,7 @@ pk_status pk_graph_bind_params(pk_graph* g, const void* params, size_t params_le
                    p->bytes != st->bytes) {
             s = pk_fail(PK_ERR_FORMAT,
                         PB ": tensor '%s' has dtype %s, ndim %d, %zu bytes; graph.json entry %d "
-                        "wants dtype %s, ndim %d, %zu bytes (or a different shape)",
+                           "wants dtype %s, ndim %d, %zu bytes (or a different shape)",
                         st->param, pk_dtype_name((pk_dtype)p->dtype), (int)p->ndim, p->bytes,
                         (int)i, pk_dtype_name((pk_dtype)en->dtype), (int)en->ndim, st->bytes);
         } else {
@@ -54,8 +54,8 @@ static pk_status check_aliasing(const pk_graph* g, int32_t n) {
         size_t abytes = g->entries[g->row_ptr[n] + a - node->num_inputs].bytes;
         for (int32_t b = 0; b < nargs; b++) {
             if (b == a) continue;
-            int32_t eb = b < node->num_inputs ? node->inputs[b]
-                                              : g->row_ptr[n] + b - node->num_inputs;
+            int32_t eb =
+                b < node->num_inputs ? node->inputs[b] : g->row_ptr[n] + b - node->num_inputs;
             if (overlaps(node->args[a], abytes, node->args[b], g->entries[eb].bytes))
                 return pk_fail(PK_ERR_FORMAT,
                                "graph.json: nodes[%d] '%s': argument %d overlaps argument %d "
@@ -94,8 +94,10 @@ void pk_graph_free_parts(pk_graph* g) {
         free(g->nodes[n].inputs);
         free(g->nodes[n].args);
     }
-    for (int32_t i = 0; g->storage && i < g->num_storage; i++) free(g->storage[i].param);
-    for (int32_t i = 0; g->output_names && i < g->num_outputs; i++) free(g->output_names[i]);
+    for (int32_t i = 0; g->storage && i < g->num_storage; i++)
+        free(g->storage[i].param);
+    for (int32_t i = 0; g->output_names && i < g->num_outputs; i++)
+        free(g->output_names[i]);
     free(g->nodes);
     free(g->row_ptr);
     free(g->entries);
@@ -133,7 +135,8 @@ static pk_status create(const char* json, size_t json_len, const void* params, s
         /* Misaligned caller buffer: copy once so every tensor is 64-byte aligned. */
         if (!(g->own_params = pk_aligned_alloc(params_len)))
             s = pk_fail(PK_ERR_NOMEM, PB ": no memory to copy %zu bytes", params_len);
-        else params = memcpy(g->own_params, params, params_len);
+        else
+            params = memcpy(g->own_params, params, params_len);
     }
     if (!s) s = pk_graph_parse(g, json, json_len);
     if (!s) s = pk_graph_bind_params(g, params, params_len);
@@ -155,14 +158,13 @@ static pk_status create(const char* json, size_t json_len, const void* params, s
     return PK_OK;
 }
 
-pk_status pk_graph_create(const char* json, size_t json_len, const void* params,
-                          size_t params_len, void* memory, size_t memory_len, pk_graph** out) {
+pk_status pk_graph_create(const char* json, size_t json_len, const void* params, size_t params_len,
+                          void* memory, size_t memory_len, pk_graph** out) {
     if (!out) return pk_fail(PK_ERR_ARG, "pk_graph_create: out is NULL");
     *out = NULL;
     if (!json || (!params && params_len))
         return pk_fail(PK_ERR_ARG, "pk_graph_create: json or params is NULL");
-    return create(json, json_len, params ? params : "", params_len, NULL, memory, memory_len,
-                  out);
+    return create(json, json_len, params ? params : "", params_len, NULL, memory, memory_len, out);
 }
 
 pk_status pk_graph_memory_bytes(const char* json, size_t json_len, size_t* out) {
@@ -272,8 +274,8 @@ pk_status pk_graph_run(pk_graph* g) {
         if (node->op != PK_NODE_KERNEL) continue;
         int32_t rc = node->fn(node->args);
         if (rc != 0)
-            return pk_fail(PK_ERR_KERNEL, "run: node %d '%s' (func %s) failed with code %d",
-                           (int)n, node->name, node->func, (int)rc);
+            return pk_fail(PK_ERR_KERNEL, "run: node %d '%s' (func %s) failed with code %d", (int)n,
+                           node->name, node->func, (int)rc);
     }
     return PK_OK;
 }

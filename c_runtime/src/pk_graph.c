@@ -23,8 +23,8 @@ static int32_t field(loader* L, int32_t obj, const char* where, const char* key,
     if (t < 0) {
         *s = pk_fail(PK_ERR_FORMAT, GJ ": %s: missing field '%s'", where, key);
     } else if (L->d.toks[t].type != type) {
-        *s = pk_fail(PK_ERR_FORMAT, GJ ": %s.%s: expected %s, got %s", where, key,
-                     type_names[type], type_names[L->d.toks[t].type]);
+        *s = pk_fail(PK_ERR_FORMAT, GJ ": %s.%s: expected %s, got %s", where, key, type_names[type],
+                     type_names[L->d.toks[t].type]);
         t = -1;
     }
     return t;
@@ -102,8 +102,7 @@ static pk_status parse_node(loader* L, int32_t t, int32_t i) {
             return pk_fail(PK_ERR_FORMAT, GJ ": %s.num_outputs: %lld is out of range", where,
                            (long long)nout);
     } else if (nout != 1) {
-        return pk_fail(PK_ERR_FORMAT, GJ ": %s.num_outputs: input and param nodes have 1",
-                       where);
+        return pk_fail(PK_ERR_FORMAT, GJ ": %s.num_outputs: input and param nodes have 1", where);
     }
     node->num_outputs = (int32_t)nout;
     return PK_OK;
@@ -170,8 +169,10 @@ static pk_status parse_shapes(loader* L, int32_t attrs) {
     int32_t t = sh + 1;
     for (int32_t e = 0; e < g->num_entries; e++, t = L->d.toks[t].next) {
         if (L->d.toks[t].type != PJ_ARR || L->d.toks[t].count > PK_MAX_NDIM)
-            return pk_fail(PK_ERR_FORMAT, GJ ": attrs.shape[%d]: expected a list of at most %d "
-                           "dims", (int)e, PK_MAX_NDIM);
+            return pk_fail(PK_ERR_FORMAT,
+                           GJ ": attrs.shape[%d]: expected a list of at most %d "
+                              "dims",
+                           (int)e, PK_MAX_NDIM);
         total += (size_t)L->d.toks[t].count;
     }
     g->dims = calloc(total + 1, sizeof *g->dims);
@@ -186,8 +187,8 @@ static pk_status parse_shapes(loader* L, int32_t attrs) {
         for (int32_t k = 0; k < en->ndim; k++, d = L->d.toks[d].next)
             if (!pj_int(&L->d, d, &dim[k]) || dim[k] < 0)
                 return pk_fail(PK_ERR_FORMAT,
-                               GJ ": attrs.shape[%d][%d]: expected a non-negative integer",
-                               (int)e, (int)k);
+                               GJ ": attrs.shape[%d][%d]: expected a non-negative integer", (int)e,
+                               (int)k);
         dim += en->ndim;
     }
     return PK_OK;
@@ -226,7 +227,8 @@ static pk_status parse_attrs(loader* L) {
         ts = L->d.toks[ts].next;
     }
     for (int32_t n = 0; n < g->num_nodes; n++)
-        for (int32_t e = g->row_ptr[n]; e < g->row_ptr[n + 1]; e++) g->entries[e].node = n;
+        for (int32_t e = g->row_ptr[n]; e < g->row_ptr[n + 1]; e++)
+            g->entries[e].node = n;
     return PK_OK;
 }
 
@@ -246,8 +248,7 @@ static pk_status parse_storage_item(loader* L, int32_t t, int32_t i) {
     for (int32_t k = 0; k < 4; k++)
         if (pj_streq(&L->d, kind, kinds[k])) st->kind = k;
     if (st->kind < 0)
-        return pk_fail(PK_ERR_FORMAT, GJ ": %s.kind: must be input, param, output or arena",
-                       where);
+        return pk_fail(PK_ERR_FORMAT, GJ ": %s.kind: must be input, param, output or arena", where);
     /* INT64_MAX / 2 keeps offset + bytes and the 64-byte rounding free of overflow. */
     if ((s = get_int(L, bytes, 0, INT64_MAX / 2, "storage.bytes", i, &v))) return s;
     st->bytes = (size_t)v;
@@ -257,7 +258,7 @@ static pk_status parse_storage_item(loader* L, int32_t t, int32_t i) {
         if (v % PK_ALIGN != 0 || (uint64_t)v + st->bytes > L->g->arena_bytes)
             return pk_fail(PK_ERR_FORMAT,
                            GJ ": %s: offset %lld + bytes %zu is misaligned or past "
-                           "arena_bytes %zu",
+                              "arena_bytes %zu",
                            where, (long long)v, st->bytes, L->g->arena_bytes);
         st->offset = (size_t)v;
     }
@@ -299,7 +300,8 @@ static pk_status check_arg_nodes(loader* L) {
         if (v != n)
             return pk_fail(PK_ERR_FORMAT,
                            GJ ": arg_nodes[%d]: expected node %d (the input and param nodes, "
-                           "ascending)", (int)k, (int)n);
+                              "ascending)",
+                           (int)k, (int)n);
         k++;
         t = L->d.toks[t].next;
     }
@@ -316,7 +318,8 @@ static pk_status parse_io(loader* L) {
     int32_t outs = field(L, L->root, "(root)", "outputs", PJ_ARR, &s);
     if (s || (s = check_len(L, outs, L->d.toks[heads].count, "outputs"))) return s;
     g->num_outputs = L->d.toks[heads].count;
-    for (int32_t n = 0; n < g->num_nodes; n++) g->num_inputs += g->nodes[n].op == PK_NODE_INPUT;
+    for (int32_t n = 0; n < g->num_nodes; n++)
+        g->num_inputs += g->nodes[n].op == PK_NODE_INPUT;
     g->output_entries = calloc((size_t)g->num_outputs + 1, sizeof *g->output_entries);
     g->output_names = calloc((size_t)g->num_outputs + 1, sizeof *g->output_names);
     g->input_entries = calloc((size_t)g->num_inputs + 1, sizeof *g->input_entries);
@@ -374,18 +377,18 @@ static pk_status check_storage_use(pk_graph* g) {
             break;
         }
         const pk_storage* st = &g->storage[en->sid];
-        int ok = node->op == PK_NODE_INPUT   ? st->kind == PK_ST_INPUT
-                 : node->op == PK_NODE_PARAM ? st->kind == PK_ST_PARAM && !strcmp(st->param,
-                                                                                  node->name)
-                                             : st->kind == PK_ST_OUTPUT || st->kind == PK_ST_ARENA;
+        int ok = node->op == PK_NODE_INPUT ? st->kind == PK_ST_INPUT
+                 : node->op == PK_NODE_PARAM
+                     ? st->kind == PK_ST_PARAM && !strcmp(st->param, node->name)
+                     : st->kind == PK_ST_OUTPUT || st->kind == PK_ST_ARENA;
         if (!ok)
             s = pk_fail(PK_ERR_FORMAT,
                         GJ ": entry %d (node %d '%s'): storage %d of kind %s does not fit the "
-                        "node (param storages must name the node's tensor)",
+                           "node (param storages must name the node's tensor)",
                         (int)e, (int)en->node, node->name, (int)en->sid, kinds[st->kind]);
         else if (st->bytes < en->bytes)
-            s = pk_fail(PK_ERR_FORMAT, GJ ": entry %d needs %zu bytes, storage %d has %zu",
-                        (int)e, en->bytes, (int)en->sid, st->bytes);
+            s = pk_fail(PK_ERR_FORMAT, GJ ": entry %d needs %zu bytes, storage %d has %zu", (int)e,
+                        en->bytes, (int)en->sid, st->bytes);
         else if (st->kind != PK_ST_ARENA && ++users[en->sid] > 1)
             s = pk_fail(PK_ERR_FORMAT, GJ ": storage %d (kind %s) is used by several entries",
                         (int)en->sid, kinds[st->kind]);
@@ -412,8 +415,10 @@ static pk_kernel_fn find_kernel(const char* name) {
         int32_t mid = lo + (hi - lo) / 2;
         int c = strcmp(pk_kernel_table[mid].name, name);
         if (c == 0) return pk_kernel_table[mid].fn;
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }
@@ -424,8 +429,10 @@ static pk_status resolve_kernels(pk_graph* g) {
         if (node->op != PK_NODE_KERNEL) continue;
         node->fn = find_kernel(node->func);
         if (!node->fn)
-            return pk_fail(PK_ERR_FORMAT, GJ ": nodes[%d] '%s': func '%s' is not in the kernel "
-                           "table", (int)n, node->name, node->func);
+            return pk_fail(PK_ERR_FORMAT,
+                           GJ ": nodes[%d] '%s': func '%s' is not in the kernel "
+                              "table",
+                           (int)n, node->name, node->func);
     }
     return PK_OK;
 }
@@ -436,7 +443,8 @@ static pk_status check_lifetimes(const pk_graph* g) {
     int32_t* owner = malloc(((size_t)g->num_storage + 1) * sizeof *owner);
     if (!owner) return pk_fail(PK_ERR_NOMEM, GJ ": out of memory");
     pk_status s = PK_OK;
-    for (int32_t i = 0; i < g->num_storage; i++) owner[i] = -1;
+    for (int32_t i = 0; i < g->num_storage; i++)
+        owner[i] = -1;
     for (int32_t n = 0; n <= g->num_nodes && !s; n++) {
         const pk_node* node = n < g->num_nodes ? &g->nodes[n] : NULL;
         int32_t nin = node ? node->num_inputs : g->num_outputs;
@@ -445,11 +453,12 @@ static pk_status check_lifetimes(const pk_graph* g) {
             if (owner[g->entries[in[k]].sid] != in[k])
                 s = pk_fail(PK_ERR_FORMAT,
                             GJ ": %s %d reads entry %d, but its storage %d was overwritten by "
-                            "entry %d", node ? "node" : "head", (int)(node ? n : k),
-                            (int)in[k], (int)g->entries[in[k]].sid,
-                            (int)owner[g->entries[in[k]].sid]);
+                               "entry %d",
+                            node ? "node" : "head", (int)(node ? n : k), (int)in[k],
+                            (int)g->entries[in[k]].sid, (int)owner[g->entries[in[k]].sid]);
         if (node)
-            for (int32_t e = g->row_ptr[n]; e < g->row_ptr[n + 1]; e++) owner[g->entries[e].sid] = e;
+            for (int32_t e = g->row_ptr[n]; e < g->row_ptr[n + 1]; e++)
+                owner[g->entries[e].sid] = e;
     }
     free(owner);
     return s;

@@ -25,9 +25,9 @@ pk_status pk_fail(pk_status s, const char* fmt, ...) PK_PRINTF(2, 3);
 /* ---- dtypes (pk_dtype.c) ---- */
 typedef struct {
     pk_dtype code;
-    const char* name;    /* as in graph.json */
-    size_t size;         /* bytes per element */
-    const char* npy;     /* numpy descr, little-endian */
+    const char* name; /* as in graph.json */
+    size_t size;      /* bytes per element */
+    const char* npy;  /* numpy descr, little-endian */
     int is_float;
 } pk_dtype_desc;
 

@@ -17,8 +17,10 @@ static pk_status pj_value(pj_parser* p, int depth);
 static pk_status pj_error(const pj_parser* p, const char* msg) {
     size_t line = 1, col = 1;
     for (size_t i = 0; i < p->pos && i < p->len; i++) {
-        if (p->s[i] == '\n') line++, col = 1;
-        else col++;
+        if (p->s[i] == '\n')
+            line++, col = 1;
+        else
+            col++;
     }
     return pk_fail(PK_ERR_FORMAT, "%s: line %zu column %zu: %s", p->d->what, line, col, msg);
 }
@@ -106,7 +108,8 @@ static pk_status pj_string(pj_parser* p) {
 
 static int pj_digits(pj_parser* p) {
     size_t start = p->pos;
-    while (p->pos < p->len && p->s[p->pos] >= '0' && p->s[p->pos] <= '9') p->pos++;
+    while (p->pos < p->len && p->s[p->pos] >= '0' && p->s[p->pos] <= '9')
+        p->pos++;
     return p->pos > start;
 }
 
@@ -114,8 +117,10 @@ static pk_status pj_number(pj_parser* p) {
     int32_t index;
     size_t start = p->pos;
     if (pj_peek(p) == '-') p->pos++;
-    if (pj_peek(p) == '0') p->pos++;
-    else if (!pj_digits(p)) return pj_error(p, "bad number");
+    if (pj_peek(p) == '0')
+        p->pos++;
+    else if (!pj_digits(p))
+        return pj_error(p, "bad number");
     if (pj_peek(p) == '.') {
         p->pos++;
         if (!pj_digits(p)) return pj_error(p, "bad number fraction");
@@ -182,6 +187,7 @@ static pk_status pj_container(pj_parser* p, int depth) {
             if (c == close) break;
             if (c != ',') {
                 p->pos--;
+                if (c < 0) return pj_error(p, "unexpected end of text");
                 return pj_error(p, is_obj ? "expected ',' or '}'" : "expected ',' or ']'");
             }
         }

@@ -13,7 +13,8 @@ typedef struct {
 } cursor;
 
 static void skip_ws(cursor* c) {
-    while (c->pos < c->len && strchr(" \t\r\n", c->s[c->pos]) && c->s[c->pos]) c->pos++;
+    while (c->pos < c->len && strchr(" \t\r\n", c->s[c->pos]) && c->s[c->pos])
+        c->pos++;
 }
 
 static int eat(cursor* c, char ch) {
@@ -81,13 +82,15 @@ static pk_status parse_header(cursor* c, const char* what, pk_npy* out) {
         if (!read_str(c, key, sizeof key) || !eat(c, ':'))
             return pk_fail(PK_ERR_FORMAT, "%s: bad npy header key", what);
         int ok;
-        if (!strcmp(key, "descr")) ok = read_str(c, descr, sizeof descr);
+        if (!strcmp(key, "descr"))
+            ok = read_str(c, descr, sizeof descr);
         else if (!strcmp(key, "fortran_order")) {
             fortran = read_word(c, "True") ? 1 : read_word(c, "False") ? 0 : -1;
             ok = fortran >= 0;
-        }
-        else if (!strcmp(key, "shape")) ok = have_shape = read_shape(c, out);
-        else return pk_fail(PK_ERR_FORMAT, "%s: unknown npy header key '%s'", what, key);
+        } else if (!strcmp(key, "shape"))
+            ok = have_shape = read_shape(c, out);
+        else
+            return pk_fail(PK_ERR_FORMAT, "%s: unknown npy header key '%s'", what, key);
         if (!ok) return pk_fail(PK_ERR_FORMAT, "%s: bad npy header value for '%s'", what, key);
         if (!eat(c, ',')) {
             if (!eat(c, '}')) return pk_fail(PK_ERR_FORMAT, "%s: bad npy header dict", what);
@@ -96,8 +99,7 @@ static pk_status parse_header(cursor* c, const char* what, pk_npy* out) {
     }
     if (!descr[0] || fortran < 0 || !have_shape)
         return pk_fail(PK_ERR_FORMAT, "%s: npy header lacks descr, fortran_order or shape", what);
-    if (fortran)
-        return pk_fail(PK_ERR_FORMAT, "%s: fortran_order arrays are not supported", what);
+    if (fortran) return pk_fail(PK_ERR_FORMAT, "%s: fortran_order arrays are not supported", what);
     if (descr[0] == '>')
         return pk_fail(PK_ERR_FORMAT, "%s: big-endian dtype '%s' is not supported", what, descr);
     const pk_dtype_desc* dt = pk_dtype_by_npy(descr);
@@ -115,7 +117,8 @@ pk_status pk_npy_parse(const void* buf, size_t len, const char* what, pk_npy* ou
         return pk_fail(PK_ERR_FORMAT, "%s: unsupported npy version %d", what, (int)b[6]);
     size_t field = b[6] == 1 ? 2 : 4, hlen = 0;
     if (len < 8 + field) return pk_fail(PK_ERR_FORMAT, "%s: truncated npy header", what);
-    for (size_t i = field; i-- > 0;) hlen = hlen * 256 + b[8 + i];
+    for (size_t i = field; i-- > 0;)
+        hlen = hlen * 256 + b[8 + i];
     size_t start = 8 + field;
     if (hlen > len - start) return pk_fail(PK_ERR_FORMAT, "%s: truncated npy header", what);
     cursor c = {(const char*)b + start, hlen, 0};
@@ -152,12 +155,15 @@ pk_status pk_npy_save(const char* path, pk_dtype dtype, int32_t ndim, const int6
                       const void* data, size_t bytes) {
     const pk_dtype_desc* dt = pk_dtype_by_code((int32_t)dtype);
     char header[64 + 24 * PK_MAX_NDIM];
-    if (!dt || ndim < 0 || ndim > PK_MAX_NDIM) return pk_fail(PK_ERR_ARG, "%s: bad dtype or ndim", path);
+    if (!dt || ndim < 0 || ndim > PK_MAX_NDIM)
+        return pk_fail(PK_ERR_ARG, "%s: bad dtype or ndim", path);
     int n = snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (",
                      dt->npy);
     for (int32_t i = 0; i < ndim; i++)
         n += snprintf(header + n, sizeof header - (size_t)n, "%lld%s", (long long)shape[i],
-                      ndim == 1 ? "," : i + 1 < ndim ? ", " : "");
+                      ndim == 1      ? ","
+                      : i + 1 < ndim ? ", "
+                                     : "");
     n += snprintf(header + n, sizeof header - (size_t)n, "), }");
     /* Pad with spaces and a final newline so the data starts at a multiple of 64. */
     size_t total = pk_align_up(10 + (size_t)n + 1);
@@ -167,9 +173,11 @@ pk_status pk_npy_save(const char* path, pk_dtype dtype, int32_t ndim, const int6
     FILE* f = fopen(path, "wb");
     if (!f) return pk_fail(PK_ERR_IO, "%s: cannot create", path);
     unsigned char pre[12] = {0x93, 'N', 'U', 'M', 'P', 'Y', v2 ? 2 : 1, 0};
-    for (size_t i = 0; i < start - 8; i++) pre[8 + i] = (unsigned char)(hlen >> (8 * i));
+    for (size_t i = 0; i < start - 8; i++)
+        pre[8 + i] = (unsigned char)(hlen >> (8 * i));
     int ok = fwrite(pre, 1, start, f) == start && fwrite(header, 1, (size_t)n, f) == (size_t)n;
-    for (size_t i = start + (size_t)n; ok && i + 1 < total; i++) ok = fputc(' ', f) != EOF;
+    for (size_t i = start + (size_t)n; ok && i + 1 < total; i++)
+        ok = fputc(' ', f) != EOF;
     ok = ok && fputc('\n', f) != EOF && (bytes == 0 || fwrite(data, 1, bytes, f) == bytes);
     ok = fclose(f) == 0 && ok;
     return ok ? PK_OK : pk_fail(PK_ERR_IO, "%s: write failed", path);

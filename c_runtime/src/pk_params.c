@@ -24,7 +24,8 @@ static int rd_uint(pk_reader* r, size_t n, uint64_t* out) {
     const uint8_t* p;
     if (!rd_bytes(r, n, &p)) return 0;
     uint64_t v = 0;
-    for (size_t i = n; i-- > 0;) v = (v << 8) | p[i];
+    for (size_t i = n; i-- > 0;)
+        v = (v << 8) | p[i];
     *out = v;
     return 1;
 }
@@ -60,15 +61,13 @@ static pk_status read_record(pk_reader* r, pk_param* t, size_t* data_end) {
     if (!rd_uint(r, 8, &size)) return truncated(r, "data size");
     size_t want;
     if (!pk_shape_bytes(t->shape, t->ndim, dt->size, &want))
-        return pk_fail(PK_ERR_FORMAT,
-                       "params.bin: tensor %d '%.*s': negative dim or size overflow",
+        return pk_fail(PK_ERR_FORMAT, "params.bin: tensor %d '%.*s': negative dim or size overflow",
                        (int)r->index, (int)t->name_len, t->name);
     if (size != want)
         return pk_fail(PK_ERR_FORMAT,
                        "params.bin: tensor %d '%.*s': data size %llu, shape needs %zu",
                        (int)r->index, (int)t->name_len, t->name, (unsigned long long)size, want);
-    if (offset % PK_ALIGN != 0 || offset < *data_end || offset > r->len ||
-        size > r->len - offset)
+    if (offset % PK_ALIGN != 0 || offset < *data_end || offset > r->len || size > r->len - offset)
         return pk_fail(PK_ERR_FORMAT,
                        "params.bin: tensor %d '%.*s': data at offset %llu size %llu is "
                        "misaligned, overlaps earlier data or is past the end (%zu bytes)",
@@ -113,8 +112,9 @@ pk_status pk_params_parse(const uint8_t* buf, size_t len, pk_param** out, int32_
         return pk_fail(PK_ERR_FORMAT, "params.bin: tensor count %llu does not fit the file",
                        (unsigned long long)n);
     pk_param* t = calloc(n ? (size_t)n : 1, sizeof *t);
-    if (!t) return pk_fail(PK_ERR_NOMEM, "params.bin: no memory for %llu tensors",
-                           (unsigned long long)n);
+    if (!t)
+        return pk_fail(PK_ERR_NOMEM, "params.bin: no memory for %llu tensors",
+                       (unsigned long long)n);
     size_t data_end = 0;
     pk_status s = PK_OK;
     for (r.index = 0; s == PK_OK && r.index < (int32_t)n; r.index++)

@@ -5,7 +5,8 @@ static int32_t k_add4(void* const* args) {
     const float* a = args[0];
     const float* b = args[1];
     float* y = args[2];
-    for (int i = 0; i < 4; i++) y[i] = a[i] + b[i];
+    for (int i = 0; i < 4; i++)
+        y[i] = a[i] + b[i];
     return 0;
 }
 

@@ -27,7 +27,8 @@ static const char usage_text[] =
     "  --output-dir DIR    write each output to DIR/<name>.npy (DIR is created; characters of\n"
     "                      the name outside [A-Za-z0-9._-] become '_')\n"
     "  --repeat N          after the first (warm-up) run, time N more runs; the last line of\n"
-    "                      stdout is {\"median_ms\": x, \"min_ms\": y, \"mean_ms\": z, \"repeat\": N}\n"
+    "                      stdout is {\"median_ms\": x, \"min_ms\": y, \"mean_ms\": z, \"repeat\": "
+    "N}\n"
     "  --selftest          take inputs from BUNDLE_DIR/selftest/input_<i>.npy and compare the\n"
     "                      outputs with selftest/output_<i>.npy: floats pass when\n"
     "                      |got - want| <= atol + rtol * |want| (NaN equals NaN), other dtypes\n"
@@ -82,12 +83,13 @@ static int parse_args(int argc, char** argv, options* o) {
             return 0;
         } else if (!strcmp(a, "--selftest")) {
             o->selftest = 1;
-        } else if (!strcmp(a, "--input") || !strcmp(a, "--output-dir") ||
-                   !strcmp(a, "--repeat") || !strcmp(a, "--rtol") || !strcmp(a, "--atol")) {
+        } else if (!strcmp(a, "--input") || !strcmp(a, "--output-dir") || !strcmp(a, "--repeat") ||
+                   !strcmp(a, "--rtol") || !strcmp(a, "--atol")) {
             if (!v) return fail(EXIT_BAD_INPUT, "%s needs a value%s (see --help)", a, "");
             i++;
             if (!strcmp(a, "--input")) {
-                if (!strchr(v, '=')) return fail(EXIT_BAD_INPUT, "--input wants NAME=FILE, got '%s'%s", v, "");
+                if (!strchr(v, '='))
+                    return fail(EXIT_BAD_INPUT, "--input wants NAME=FILE, got '%s'%s", v, "");
                 o->inputs[o->num_inputs++] = v;
             } else if (!strcmp(a, "--output-dir")) {
                 o->output_dir = v;
@@ -95,7 +97,8 @@ static int parse_args(int argc, char** argv, options* o) {
                 return fail(EXIT_BAD_INPUT, "%s wants a non-negative number, got '%s'", a, v);
             } else if (!strcmp(a, "--repeat")) {
                 if (d != floor(d) || d < 1 || d > 1e9)
-                    return fail(EXIT_BAD_INPUT, "--repeat wants an integer >= 1, got '%s'%s", v, "");
+                    return fail(EXIT_BAD_INPUT, "--repeat wants an integer >= 1, got '%s'%s", v,
+                                "");
                 o->repeat = (long)d;
             } else if (!strcmp(a, "--rtol")) {
                 o->rtol = d, o->have_rtol = 1;
@@ -167,8 +170,10 @@ static int set_inputs(pk_graph* g, const options* o) {
             snprintf(name, sizeof name, "%.*s", (int)(eq - o->inputs[i]), o->inputs[i]);
             snprintf(path, sizeof path, "%s", eq + 1);
             k = pk_graph_input_index(g, name);
-            if (k < 0) rc = fail(EXIT_BAD_INPUT, "the model has no input '%s'%s", name, "");
-            else if (given[k]) rc = fail(EXIT_BAD_INPUT, "input '%s' given twice%s", name, "");
+            if (k < 0)
+                rc = fail(EXIT_BAD_INPUT, "the model has no input '%s'%s", name, "");
+            else if (given[k])
+                rc = fail(EXIT_BAD_INPUT, "input '%s' given twice%s", name, "");
         }
         if (rc < 0) rc = set_input_file(g, k, path);
         if (rc < 0) given[k] = 1;
@@ -230,16 +235,27 @@ static int write_outputs(pk_graph* g, const char* dir) {
 
 static double element(const void* p, pk_dtype dt, size_t i) {
     switch (dt) {
-    case PK_FLOAT32: return ((const float*)p)[i];
-    case PK_FLOAT64: return ((const double*)p)[i];
-    case PK_INT8: return ((const int8_t*)p)[i];
-    case PK_INT16: return ((const int16_t*)p)[i];
-    case PK_INT32: return ((const int32_t*)p)[i];
-    case PK_INT64: return (double)((const int64_t*)p)[i];
-    case PK_UINT8: case PK_BOOL: return ((const uint8_t*)p)[i];
-    case PK_UINT16: return ((const uint16_t*)p)[i];
-    case PK_UINT32: return ((const uint32_t*)p)[i];
-    case PK_UINT64: return (double)((const uint64_t*)p)[i];
+    case PK_FLOAT32:
+        return ((const float*)p)[i];
+    case PK_FLOAT64:
+        return ((const double*)p)[i];
+    case PK_INT8:
+        return ((const int8_t*)p)[i];
+    case PK_INT16:
+        return ((const int16_t*)p)[i];
+    case PK_INT32:
+        return ((const int32_t*)p)[i];
+    case PK_INT64:
+        return (double)((const int64_t*)p)[i];
+    case PK_UINT8:
+    case PK_BOOL:
+        return ((const uint8_t*)p)[i];
+    case PK_UINT16:
+        return ((const uint16_t*)p)[i];
+    case PK_UINT32:
+        return ((const uint32_t*)p)[i];
+    case PK_UINT64:
+        return (double)((const uint64_t*)p)[i];
     }
     return 0;
 }
@@ -332,7 +348,7 @@ static int cmp_double(const void* a, const void* b) {
 }
 
 static int time_runs(pk_graph* g, long repeat) {
-    double* t = malloc((size_t)repeat * sizeof *t), sum = 0;
+    double *t = malloc((size_t)repeat * sizeof *t), sum = 0;
     if (!t) return fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
     for (long i = 0; i < repeat; i++) {
         double start = now_ms();

@@ -76,65 +76,149 @@ C = Lang(
 )
 
 SHORT = {
-    "float32": "f32", "float64": "f64", "int8": "i8", "int16": "i16", "int32": "i32",
-    "int64": "i64", "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+    "float32": "f32",
+    "float64": "f64",
+    "int8": "i8",
+    "int16": "i16",
+    "int32": "i32",
+    "int64": "i64",
+    "uint8": "u8",
+    "uint16": "u16",
+    "uint32": "u32",
+    "uint64": "u64",
     "bool": "u8",
 }
-_SIZE = {"float32": 4, "float64": 8, "int8": 1, "int16": 2, "int32": 4, "int64": 8,
-         "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bool": 1}
+_SIZE = {
+    "float32": 4,
+    "float64": 8,
+    "int8": 1,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+    "uint8": 1,
+    "uint16": 2,
+    "uint32": 4,
+    "uint64": 8,
+    "bool": 1,
+}
 _NARROW = ("int8", "int16", "uint8", "uint16")
 _ARITH = {"+": "+", "-": "-", "*": "*", "/": "/", "truncdiv": "/", "truncmod": "%"}
 _COMPARE = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "==", "!=": "!="}
 _MATH = {
-    "exp", "log", "sqrt", "tanh", "erf", "floor", "ceil", "fabs", "pow", "fmod", "sin",
-    "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "asinh", "acosh",
-    "atanh", "exp2", "log2", "log10", "log1p", "expm1", "trunc", "cbrt", "nearbyint",
+    "exp",
+    "log",
+    "sqrt",
+    "tanh",
+    "erf",
+    "floor",
+    "ceil",
+    "fabs",
+    "pow",
+    "fmod",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "atan2",
+    "sinh",
+    "cosh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "exp2",
+    "log2",
+    "log10",
+    "log1p",
+    "expm1",
+    "trunc",
+    "cbrt",
+    "nearbyint",
 }
 _RENAME = {"round": "nearbyint", "abs": "fabs"}  # round: half to even (default mode)
 _C_WORDS = {
-    "auto", "break", "case", "char", "const", "continue", "default", "do", "double",
-    "else", "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long",
-    "register", "restrict", "return", "short", "signed", "sizeof", "static", "struct",
-    "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "args", "c",
+    "auto",
+    "break",
+    "case",
+    "char",
+    "const",
+    "continue",
+    "default",
+    "do",
+    "double",
+    "else",
+    "enum",
+    "extern",
+    "float",
+    "for",
+    "goto",
+    "if",
+    "inline",
+    "int",
+    "long",
+    "register",
+    "restrict",
+    "return",
+    "short",
+    "signed",
+    "sizeof",
+    "static",
+    "struct",
+    "switch",
+    "typedef",
+    "union",
+    "unsigned",
+    "void",
+    "volatile",
+    "while",
+    "args",
+    "c",
 }
 
 
 def _helper_defs(kind: str, dt: str, ctype: str) -> str:
     s = SHORT[dt]
     if kind == "floordiv":
-        return (f"static inline {ctype} pk_floordiv_{s}({ctype} a, {ctype} b) {{\n"
-                f"    {ctype} q = a / b;\n    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;\n}}")
+        return (
+            f"static inline {ctype} pk_floordiv_{s}({ctype} a, {ctype} b) {{\n"
+            f"    {ctype} q = a / b;\n"
+            "    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;\n}"
+        )
     if kind == "floormod":
-        return (f"static inline {ctype} pk_floormod_{s}({ctype} a, {ctype} b) {{\n"
-                f"    {ctype} r = a % b;\n    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}}")
+        return (
+            f"static inline {ctype} pk_floormod_{s}({ctype} a, {ctype} b) {{\n"
+            f"    {ctype} r = a % b;\n"
+            "    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}"
+        )
     if kind == "floordivf":
         fl = "floorf" if dt == "float32" else "floor"
-        return (f"static inline {ctype} pk_floordiv_{s}({ctype} a, {ctype} b) "
-                f"{{ return {fl}(a / b); }}")
+        return (
+            f"static inline {ctype} pk_floordiv_{s}({ctype} a, {ctype} b) {{ return {fl}(a / b); }}"
+        )
     if kind == "floormodf":
         fl = "floorf" if dt == "float32" else "floor"
-        return (f"static inline {ctype} pk_floormod_{s}({ctype} a, {ctype} b) "
-                f"{{ return a - {fl}(a / b) * b; }}")
+        return (
+            f"static inline {ctype} pk_floormod_{s}({ctype} a, {ctype} b) "
+            f"{{ return a - {fl}(a / b) * b; }}"
+        )
     if kind in ("max", "min"):
         cmp = ">" if kind == "max" else "<"
         nan = " || a != a" if dt in ("float32", "float64") else ""
-        return (f"static inline {ctype} pk_{kind}_{s}({ctype} a, {ctype} b) "
-                f"{{ return (a {cmp} b{nan}) ? a : b; }}")
+        return (
+            f"static inline {ctype} pk_{kind}_{s}({ctype} a, {ctype} b) "
+            f"{{ return (a {cmp} b{nan}) ? a : b; }}"
+        )
     if kind == "abs":
         return f"static inline {ctype} pk_abs_{s}({ctype} a) {{ return a < 0 ? -a : a; }}"
     raise KeyError(kind)
 
 
 def _vec_defs(dt: str, ctype: str, lanes: int) -> str:
-    v = f"pk_{SHORT[dt]}x{lanes}"
-    init = ", ".join(["x"] * lanes)
+    # loads/stores/broadcasts are emitted inline (memcpy, initializer lists): helper
+    # functions taking wide vectors by value would depend on the target's vector ABI
     return (
-        f"typedef {ctype} {v} __attribute__((vector_size({lanes * _SIZE[dt]})));\n"
-        f"static inline {v} {v}_load(const {ctype}* p) "
-        f"{{ {v} v; __builtin_memcpy(&v, p, sizeof v); return v; }}\n"
-        f"static inline void {v}_store({ctype}* p, {v} v) "
-        f"{{ __builtin_memcpy(p, &v, sizeof v); }}\n"
-        f"static inline {v} {v}_bcast({ctype} x) {{ {v} v = {{{init}}}; return v; }}"
+        f"typedef {ctype} pk_{SHORT[dt]}x{lanes} __attribute__((vector_size({lanes * _SIZE[dt]})));"
     )
 
 
@@ -242,8 +326,10 @@ class Renderer:
             self.emit(f"{ct} {name}[{buf.size}];")
             self.stmt(s.body)
             return
-        self.emit(f"{ct}* {self.mod.lang.restrict} {name} = ({ct}*)malloc("
-                  f"(size_t){buf.size} * sizeof({ct}));")
+        self.emit(
+            f"{ct}* {self.mod.lang.restrict} {name} = ({ct}*)malloc("
+            f"(size_t){buf.size} * sizeof({ct}));"
+        )
         self.heap.append(name)
         self.emit(f"if (!{name}) {{")
         self.depth += 1
@@ -287,16 +373,18 @@ class Renderer:
         err = f"pk_err{k}"
         inner_names = {b: self.name(b) for b in bufs}
         inner_names.update({v: self.name(v) for v in free_vars})
-        inner = Renderer(self.mod, self.kernel, dict(inner_names), "*c->pk_err = 1; return;",
-                         self.simp)
+        inner = Renderer(
+            self.mod, self.kernel, dict(inner_names), "*c->pk_err = 1; return;", self.simp
+        )
         ivar = inner.name(s.var)
         body_start = len(inner.lines)
         inner.stmt(s.body)
         fields, unpack, init = [], [], []
         restrict = self.mod.lang.restrict
+        read_only = _read_only(s)
         for b in bufs:
             ct, n = self.ctype(b.dtype), inner_names[b]
-            const = "const " if b in _read_only(s) else ""
+            const = "const " if b in read_only else ""
             fields.append(f"{const}{ct}* {restrict} {n};")
             unpack.append(f"{const}{ct}* {restrict} {n} = c->{n};")
             init.append(n)
@@ -309,13 +397,19 @@ class Renderer:
             fields.append("int32_t* pk_err;")
             init.append(f"&{err}")
         lo = self.expr_cse([s.min])[0]
-        header = [f"typedef struct {{ {' '.join(fields) or 'char pk_unused;'} }} {fname}_ctx;",
-                  f"static void {fname}(void* pk_ctx, int64_t pk_i) {{",
-                  f"    const {fname}_ctx* c = (const {fname}_ctx*)pk_ctx;"]
+        header = [
+            f"typedef struct {{ {' '.join(fields) or 'char pk_unused;'} }} {fname}_ctx;",
+            f"static void {fname}(void* pk_ctx, int64_t pk_i) {{",
+            f"    const {fname}_ctx* c = (const {fname}_ctx*)pk_ctx;",
+        ]
         header += ["    " + u for u in unpack]
-        header.append(f"    const int64_t {ivar} = pk_i + {lo};" if lo != "0"
-                      else f"    const int64_t {ivar} = pk_i;")
-        header.append("    (void)c;")
+        header.append(
+            f"    const int64_t {ivar} = pk_i + {lo};"
+            if lo != "0"
+            else f"    const int64_t {ivar} = pk_i;"
+        )
+        if not fields:
+            header.append("    (void)c;")
         self.mod.functions.append("\n".join(header + inner.lines[body_start:] + ["}"]))
         ext = self.expr_cse([s.extent])[0]
         if inner.failed:
@@ -334,18 +428,24 @@ class Renderer:
 
     # --- expressions ---
 
-    def expr_cse(self, roots: list[Expr], vec=None) -> list[str]:
-        """Render ``roots``; shared unconditional subterms become const locals."""
+    def expr_cse(self, roots: list[Expr], vec=None, vec_root=False) -> list[str]:
+        """Render ``roots``; shared unconditional subterms become const locals. In
+        vector mode the last root is the stored value, materialized as a vector."""
         shared = _shared_nodes(roots)
         names: dict[int, str] = {}
         printer = _Printer(self, names, vec)
         for n in shared:
-            text = printer(n)
-            t = f"pk_t{self.n_tmp}"
-            self.n_tmp += 1
-            self.emit(f"const {printer.type_of(n)} {t} = {text};")
-            names[id(n)] = t
-        return [printer(r) for r in roots]
+            names[id(n)] = self.temp(printer.type_of(n), printer(n))
+        out = [printer(r) for r in roots]
+        if vec_root:
+            out[-1] = printer.as_vector_temp(roots[-1])
+        return out
+
+    def temp(self, ctype: str, text: str | None) -> str:
+        t = f"pk_t{self.n_tmp}"
+        self.n_tmp += 1
+        self.emit(f"const {ctype} {t} = {text};" if text is not None else f"{ctype} {t};")
+        return t
 
     def vectorized(self, s: For) -> bool:
         plan = _vector_plan(s, self.simp)
@@ -355,11 +455,9 @@ class Renderer:
         v = self.name(s.var)
         self.emit(f"{{ /* {v}: {lanes} lanes */")
         self.depth += 1
-        self.emit(f"const int64_t {v} = 0; (void){v};")
         for st, base in stores:
-            vt = self.mod.vec(st.buffer.dtype, lanes)
-            idx, val = self.expr_cse([base, st.value], vec=(s.var, lanes))
-            self.emit(f"{vt}_store(&{self.name(st.buffer)}[{idx}], {val});")
+            idx, val = self.expr_cse([base, st.value], vec=(s.var, lanes), vec_root=True)
+            self.emit(f"__builtin_memcpy(&{self.name(st.buffer)}[{idx}], &{val}, sizeof {val});")
         self.depth -= 1
         self.emit("}")
         return True
@@ -406,8 +504,23 @@ class _Printer:
     def operand(self, e: Expr, as_vec: bool) -> str:
         text = self(e)
         if as_vec and not self.is_vec(e):
-            return f"{self.r.mod.vec(e.dtype, self.vec[1])}_bcast({text})"
+            return self.broadcast(e, text)
         return text
+
+    def broadcast(self, e: Expr, text: str) -> str:
+        if not isinstance(e, (Const, Var)) and id(e) not in self.names:
+            text = self.r.temp(self.r.ctype(e.dtype), text)  # evaluate once
+        vt = self.r.mod.vec(e.dtype, self.vec[1])
+        return self.r.temp(vt, "{" + ", ".join([text] * self.vec[1]) + "}")
+
+    def as_vector_temp(self, e: Expr) -> str:
+        """A named vector holding ``e`` (for a memcpy store)."""
+        text = self(e)
+        if not self.is_vec(e):
+            return self.broadcast(e, text)
+        if id(e) in self.names or text.startswith("pk_t") and text[4:].isdigit():
+            return text
+        return self.r.temp(self.type_of(e), text)
 
     def _render(self, e: Expr) -> str:
         if isinstance(e, Const):
@@ -417,8 +530,10 @@ class _Printer:
         if isinstance(e, BufferLoad):
             buf = self.r.name(e.buffer)
             if self.is_vec(e):
-                base = self(substitute_vars(e.index, {self.vec[0]: Const(0, INDEX)}))
-                return f"{self.r.mod.vec(e.dtype, self.vec[1])}_load(&{buf}[{base}])"
+                base = self(self.r.simp(substitute_vars(e.index, {self.vec[0]: Const(0, INDEX)})))
+                t = self.r.temp(self.type_of(e), None)
+                self.r.emit(f"__builtin_memcpy(&{t}, &{buf}[{base}], sizeof {t});")
+                return t
             return f"{buf}[{self(e.index)}]"
         if isinstance(e, Binary):
             return self._binary(e)
@@ -525,8 +640,11 @@ def _shared_nodes(roots: list[Expr]) -> list[Expr]:
         stack.append((n, True))
         stack.extend((k, False) for k in reversed(kids(n)))
     uncond = _unconditional(roots)
-    return [n for n in order if refs[id(n)] > 1 and id(n) in uncond and kids(n)
-            and not isinstance(n, (Const, Var))]
+    return [
+        n
+        for n in order
+        if refs[id(n)] > 1 and id(n) in uncond and kids(n) and not isinstance(n, (Const, Var))
+    ]
 
 
 def _unconditional(roots: list[Expr]) -> set[int]:
@@ -586,8 +704,7 @@ def _captures(s: For) -> tuple[list[Var], list[Buffer]]:
             vars_.setdefault(id(n), n)
         elif isinstance(n, BufferLoad) and id(n.buffer) not in local:
             bufs.setdefault(id(n.buffer), n.buffer)
-    return sorted(vars_.values(), key=lambda v: v.name), sorted(bufs.values(),
-                                                                  key=lambda b: b.name)
+    return sorted(vars_.values(), key=lambda v: v.name), sorted(bufs.values(), key=lambda b: b.name)
 
 
 def _read_only(s: Stmt) -> set:

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from .. import te
@@ -191,8 +191,7 @@ def fold(onode: onnx.NodeProto, values: dict[str, Value], opset: int, path: str)
         else:  # a shape-only op: any data of the right shape will do
             feeds[i] = np.zeros(v.shape, dtype=np.dtype("bool" if v.dtype == "bool" else v.dtype))
     try:
-        ev = ReferenceEvaluator(onode, opsets={"": opset})
-        outs = ev.run(None, feeds)
+        outs = ReferenceEvaluator(_one_node_model(onode, feeds, opset)).run(None, feeds)
     except Exception as e:
         label = onode.name or onode.output[0]
         raise PackagerError(
@@ -202,6 +201,17 @@ def fold(onode: onnx.NodeProto, values: dict[str, Value], opset: int, path: str)
         if name:
             arr = np.asarray(arr)
             values[name] = Value(name, tuple(arr.shape), np_to_dtype(arr), arr)
+
+
+def _one_node_model(onode: onnx.NodeProto, feeds: dict, opset: int) -> onnx.ModelProto:
+    """A model of just ``onode``: the evaluator honours the opset of a model, not of a node."""
+    ins = [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+        for n, a in feeds.items()
+    ]
+    outs = [helper.make_empty_tensor_value_info(o) for o in onode.output if o]
+    graph = helper.make_graph([onode], "fold", ins, outs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
 def infer_node(node: Node, values: dict[str, Value], path: str) -> None:

@@ -1,6 +1,6 @@
 """Broadcasting ops of two or more inputs: a table of op name -> scalar function.
 
-Variadic ops (add, mul, maximum, minimum, mean: ONNX Sum, Max, Min, Mean) fold their
+Variadic ops (add, mul, mean: ONNX Sum, Max, Min, Mean) fold their
 inputs left to right in one kernel. Integer division and modulo by zero give 0 instead
 of trapping, as numpy does.
 """
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from .. import te
 from .broadcast import broadcast_compute
 from .registry import register_op
-from .scalar import bits, c, is_unsigned, maximum, minimum, require
+from .scalar import bits, c, is_unsigned, require
 
 
 def _div(a, b, attrs):
@@ -91,8 +91,8 @@ MIXED_DTYPES = {"pow"}
 VARIADIC: dict[str, tuple[str, Callable]] = {
     "add": ("numeric", lambda *xs: functools.reduce(lambda a, b: a + b, xs)),
     "mul": ("numeric", lambda *xs: functools.reduce(lambda a, b: a * b, xs)),
-    "maximum": ("numeric", lambda *xs: functools.reduce(maximum, xs)),
-    "minimum": ("numeric", lambda *xs: functools.reduce(minimum, xs)),
+    "maximum": ("numeric", lambda *xs: functools.reduce(te.max_, xs)),
+    "minimum": ("numeric", lambda *xs: functools.reduce(te.min_, xs)),
     "mean": ("float", _mean),
 }
 

@@ -14,19 +14,6 @@ def isnan(x: te.Expr) -> te.Expr:
     return te.call("isnan", x, dtype="bool") if te.is_float(x.dtype) else te.const(False, "bool")
 
 
-def maximum(a: te.Expr, b: te.Expr) -> te.Expr:
-    """numpy.maximum: a NaN on either side gives NaN (C's fmax would drop it)."""
-    if not te.is_float(a.dtype):
-        return te.select(a < b, b, a)
-    return te.select(te.any_of(a < b, isnan(b)), b, a)
-
-
-def minimum(a: te.Expr, b: te.Expr) -> te.Expr:
-    if not te.is_float(a.dtype):
-        return te.select(b < a, b, a)
-    return te.select(te.any_of(b < a, isnan(b)), b, a)
-
-
 def absolute(x: te.Expr) -> te.Expr:
     if te.is_float(x.dtype):
         return te.call("fabs", x)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from .. import te
 from .broadcast import elementwise_compute
 from .registry import register_op
-from .scalar import absolute, c, isnan, maximum, minimum, require
+from .scalar import absolute, c, isnan, require
 
 
 def _call(func: str):
@@ -34,7 +34,7 @@ def _sigmoid(x, a):
 
 def _hard_sigmoid(x, a):
     y = x * c(x, a.get("alpha", 0.2)) + c(x, a.get("beta", 0.5))
-    return minimum(maximum(y, c(x, 0)), c(x, 1))
+    return te.min_(te.max_(y, c(x, 0)), c(x, 1))
 
 
 def _hard_swish(x, a):

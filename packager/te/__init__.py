@@ -41,3 +41,7 @@ from .expr import (  # noqa: F401
     select,
     sum,
 )
+from .ir import Buffer, PrimFunc  # noqa: F401, E402
+from .lower import lower  # noqa: F401, E402
+from .schedule import Schedule, Stage, create_schedule, default_schedule  # noqa: F401, E402
+from .simplify import simplify  # noqa: F401, E402

@@ -17,7 +17,18 @@ import math
 import re
 
 from .bound import infer_region
-from .expr import INDEX, Binary, Const, Expr, Load, PlaceholderOp, Tensor, const, input_tensors
+from .expr import (
+    INDEX,
+    Binary,
+    Const,
+    Expr,
+    Load,
+    PlaceholderOp,
+    Tensor,
+    Var,
+    const,
+    input_tensors,
+)
 from .ir import (
     Allocate,
     Buffer,
@@ -31,7 +42,7 @@ from .ir import (
     seq,
 )
 from .schedule import Fuse, Schedule, Split, Stage
-from .simplify import INT_RANGE, Simplifier, rewrite_all, substitute_vars
+from .simplify import INT_RANGE, Simplifier, kids, rewrite_all, substitute_vars
 
 _COMBINE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
 
@@ -52,7 +63,7 @@ def identity(combiner: str, dtype: str) -> Const:
 
 def flat_index(indices, shape) -> Expr:
     out: Expr = _ic(0)
-    for idx, dim in zip(indices, shape):
+    for idx, dim in zip(indices, shape, strict=False):
         out = out * dim + idx
     return out
 
@@ -64,7 +75,7 @@ class _Nest:
         op = stage.op
         roots = list(op.axis) + list(op.reduce_axis)
         bases = [b for b, _ in region] + [_ic(0)] * len(op.reduce_axis)
-        ext = {iv: e for iv, (_, e) in zip(op.axis, region)}
+        ext = {iv: e for iv, (_, e) in zip(op.axis, region, strict=False)}
         ext.update({iv: iv.extent for iv in op.reduce_axis})
         for rel in stage.relations:
             if isinstance(rel, Split):
@@ -88,7 +99,7 @@ class _Nest:
         self.stage = stage
         self.ext = ext
         self.rel_value = [value[iv] for iv in op.axis]  # relative to the region base
-        self.var_map = {iv.var: b + value[iv] for iv, b in zip(roots, bases)}
+        self.var_map = {iv.var: b + value[iv] for iv, b in zip(roots, bases, strict=False)}
         self.guards = guards
         self.shape = tuple(e for _, e in region)
         self.bases = tuple(b for b, _ in region)
@@ -141,7 +152,7 @@ class _Lowering:
         key = (id(n.tensor),) + tuple(id(i) for i in idx)
         got = self.inline_memo.get(key)
         if got is None:
-            mapping = {iv.var: i for iv, i in zip(st.op.axis, idx)}
+            mapping = {iv.var: i for iv, i in zip(st.op.axis, idx, strict=False)}
             got = self.simp(substitute_vars(self.body_of(st), mapping))
             self.inline_memo[key] = got
         return got
@@ -155,38 +166,53 @@ class _Lowering:
         body = substitute_vars(self.body_of(st), nest.var_map)
         reduce = getattr(body, "combiner", None)
         value = body.body if reduce else body
-        allocs = self._attach_producers(st, nest, [value] + ([body.where] if reduce and
-                                                             body.where is not None else []))
+        allocs = self._attach_producers(
+            st, nest, [value] + ([body.where] if reduce and body.where is not None else [])
+        )
         buf, _ = self.buffers[id(st.tensor)]
         index = flat_index(nest.rel_value, buf.shape)
         leaves = st.leaf_iter_vars
         if not reduce:
             store = Store(buf, index, self.to_buffers(value))
-            return self.loops(st, nest, leaves, _guard(nest.guards, store), allocs)
+            return self.loops(st, nest, leaves, store, allocs, nest.guards)
         split_at = next((k for k, iv in enumerate(leaves) if iv.kind == "reduce"), len(leaves))
         init = Store(buf, index, identity(reduce, body.dtype))
-        update = Store(buf, index, Binary(_COMBINE[reduce], BufferLoad(buf, index),
-                                          self.to_buffers(value), body.dtype))
+        update = Store(
+            buf,
+            index,
+            Binary(_COMBINE[reduce], BufferLoad(buf, index), self.to_buffers(value), body.dtype),
+        )
         upd: Stmt = update
         if body.where is not None:
             upd = IfThenElse(self.to_buffers(body.where), update)
         data_guards = [g for g in nest.guards if g[0] == "data"]
         inner = leaves[split_at:]
-        init_nest = self.loops(st, nest, [iv for iv in inner if iv.kind == "data"],
-                               _guard(data_guards, init), {}, attach=False)
-        upd_nest = self.loops(st, nest, inner, _guard(nest.guards, upd), allocs)
-        return self.loops(st, nest, leaves[:split_at], seq(init_nest, upd_nest), allocs)
+        init_nest = self.loops(
+            st, nest, [iv for iv in inner if iv.kind == "data"], init, {}, data_guards, attach=False
+        )
+        upd_nest = self.loops(st, nest, inner, upd, allocs, nest.guards)
+        return self.loops(st, nest, leaves[:split_at], seq(init_nest, upd_nest), allocs, [])
 
-    def loops(self, st, nest, leaves, body: Stmt, allocs: dict, attach=True) -> Stmt:
-        for iv in reversed(leaves):
+    def loops(self, st, nest, leaves, body: Stmt, allocs: dict, guards: list, attach=True) -> Stmt:
+        """The loops over ``leaves`` around ``body``. Each guard sits just inside the
+        innermost loop it depends on (so inner loops stay guard-free and
+        vectorizable); producers computed at a leaf go first inside its loop."""
+        pos = {iv.var: k for k, iv in enumerate(leaves)}
+        at: dict[int, list] = {}
+        for _, g in guards:
+            k = max((pos[v] for v in _vars(g) if v in pos), default=-1)
+            at.setdefault(k, []).append(g)
+        body = _guard(at.get(len(leaves) - 1, []), body)
+        for k in range(len(leaves) - 1, -1, -1):
+            iv = leaves[k]
             if attach and id(iv) in allocs:
                 prod_nests, bufs = allocs[id(iv)]
                 body = seq(*prod_nests, body)
                 for b in bufs:
                     body = Allocate(b, body)
             kind = st.iter_attrs.get(iv, "serial")
-            body = For(iv.var, _ic(0), _ic(nest.ext[iv]), kind, body,
-                       st.thread_tags.get(iv, ""))
+            body = For(iv.var, _ic(0), _ic(nest.ext[iv]), kind, body, st.thread_tags.get(iv, ""))
+            body = _guard(at.get(k - 1, []), body)
         return body
 
     def _attach_producers(self, st: Stage, nest: _Nest, exprs: list) -> dict:
@@ -211,7 +237,8 @@ class _Lowering:
                 continue
             if any(t is prod.tensor for t in input_tensors(self.body_of(st))):
                 raise NotImplementedError(
-                    f"{prod.name} is computed at {consumer.name} but also read by {st.name}")
+                    f"{prod.name} is computed at {consumer.name} but also read by {st.name}"
+                )
 
     def to_buffers(self, e: Expr) -> Expr:
         """Tensor loads become flat buffer loads (relative to a local region's base)."""
@@ -222,10 +249,11 @@ class _Lowering:
             got = self.buffers.get(id(n.tensor))
             if got is None:
                 kind = "placeholder" if isinstance(n.tensor.op, PlaceholderOp) else "stage"
-                raise ValueError(f"{kind} {n.tensor.name} is read but is not an argument "
-                                 "and has no buffer here")
+                raise ValueError(
+                    f"{kind} {n.tensor.name} is read but is not an argument and has no buffer here"
+                )
             buf, origin = got
-            idx = [i - o for i, o in zip(n.indices, origin)]
+            idx = [i - o for i, o in zip(n.indices, origin, strict=False)]
             return BufferLoad(buf, flat_index(idx, buf.shape))
 
         return rewrite_all(e, conv)
@@ -236,8 +264,9 @@ class _Lowering:
         temps = []
         for st in self.sch.stages:
             if st.attach_type == "root" and id(st.tensor) not in self.buffers:
-                temps.append(self._bind(st.tensor, tuple(_ic(0) for _ in st.tensor.shape),
-                                        st.tensor.shape))
+                temps.append(
+                    self._bind(st.tensor, tuple(_ic(0) for _ in st.tensor.shape), st.tensor.shape)
+                )
         for t in self.sch.outputs:
             if id(t) not in self.buffers or self.buffers[id(t)][0] in temps:
                 raise ValueError(f"output {t.name} is not among the kernel arguments")
@@ -254,13 +283,26 @@ class _Lowering:
         return PrimFunc(self.name, self.params, body)
 
 
-def _guard(guards: list, s: Stmt) -> Stmt:
-    if not guards:
+def _guard(conds: list, s: Stmt) -> Stmt:
+    if not conds:
         return s
-    cond = guards[0][1]
-    for _, g in guards[1:]:
+    cond = conds[0]
+    for g in conds[1:]:
         cond = Binary("and", cond, g, "bool")
     return IfThenElse(cond, s)
+
+
+def _vars(e: Expr) -> list[Var]:
+    out, stack, seen = [], [e], set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if isinstance(n, Var):
+            out.append(n)
+        stack.extend(kids(n))
+    return out
 
 
 class _Finish:
@@ -277,6 +319,8 @@ class _Finish:
             body = self.stmt(s.body)
             if body is None:
                 return None
+            if _is_one(s.extent) and s.kind in ("serial", "unrolled", "vectorized"):
+                return body  # the simplifier already replaced its variable by 0
             return For(s.var, simp(s.min), simp(s.extent), s.kind, body, s.thread_tag)
         if isinstance(s, Seq):
             parts = [self.stmt(x) for x in s.stmts]
@@ -285,8 +329,11 @@ class _Finish:
         if isinstance(s, IfThenElse):
             cond = simp(s.cond)
             if isinstance(cond, Const):
-                return self.stmt(s.then if cond.value else s.else_) if (
-                    cond.value or s.else_ is not None) else None
+                return (
+                    self.stmt(s.then if cond.value else s.else_)
+                    if (cond.value or s.else_ is not None)
+                    else None
+                )
             then = self.stmt(s.then)
             els = self.stmt(s.else_) if s.else_ is not None else None
             return IfThenElse(cond, then, els) if then is not None else None
@@ -294,6 +341,10 @@ class _Finish:
             body = self.stmt(s.body)
             return Allocate(s.buffer, body) if body is not None else None
         return s
+
+
+def _is_one(e: Expr) -> bool:
+    return isinstance(e, Const) and e.value == 1
 
 
 def _hoist_allocations(s: Stmt) -> Stmt:
@@ -334,4 +385,3 @@ def lower(sch: Schedule, args: list[Tensor], name: str) -> PrimFunc:
     """The kernel ``name`` computing the schedule; ``args``: placeholders then
     outputs, in kernel-ABI order."""
     return _Lowering(sch, list(args), name).run()
-

@@ -99,8 +99,9 @@ class Stage:
             raise ValueError(f"fuse: {outer.name} and {inner.name} are not adjacent leaves")
         if outer.kind != inner.kind:
             raise ValueError("fuse: cannot fuse a data axis with a reduction axis")
-        fused = IterVar(Var(f"{outer.name}_{inner.name}_f"), outer.extent * inner.extent,
-                        outer.kind)
+        fused = IterVar(
+            Var(f"{outer.name}_{inner.name}_f"), outer.extent * inner.extent, outer.kind
+        )
         self.relations.append(Fuse(outer, inner, fused))
         self.leaf_iter_vars[pos : pos + 2] = [fused]
         return fused
@@ -110,7 +111,7 @@ class Stage:
         slots = sorted(self._leaf_pos(iv) for iv in ivs)
         if len(set(slots)) != len(slots):
             raise ValueError("reorder: repeated IterVar")
-        for slot, iv in zip(slots, ivs):
+        for slot, iv in zip(slots, ivs, strict=False):
             self.leaf_iter_vars[slot] = iv
 
     def tile(self, x: IterVar, y: IterVar, x_factor: int, y_factor: int):

@@ -68,7 +68,7 @@ def kids(e: Expr) -> tuple[Expr, ...]:
 
 def with_kids(e: Expr, new: tuple[Expr, ...]) -> Expr:
     """``e`` with its children replaced (``e`` itself when nothing changed)."""
-    if all(a is b for a, b in zip(new, kids(e))):
+    if all(a is b for a, b in zip(new, kids(e), strict=False)):
         return e
     if isinstance(e, Binary):
         return Binary(e.op, new[0], new[1], e.dtype)
@@ -137,7 +137,7 @@ class Bounds:
     """Inclusive integer bounds of expressions given bounds of variables."""
 
     def __init__(self, ranges: dict | None = None):
-        self.ranges = ranges or {}
+        self.ranges = ranges if ranges is not None else {}
         self.memo: dict[int, Bound] = {}
 
     def __call__(self, e: Expr) -> Bound:
@@ -172,8 +172,10 @@ class Bounds:
         if op == "+":
             return (_add(a[0], b[0]), _add(a[1], b[1]))
         if op == "-":
-            return (_add(a[0], None if b[1] is None else -b[1]),
-                    _add(a[1], None if b[0] is None else -b[0]))
+            return (
+                _add(a[0], None if b[1] is None else -b[1]),
+                _add(a[1], None if b[0] is None else -b[0]),
+            )
         if op == "*":
             return _mul_bound(a, b)
         if op in ("min", "max"):
@@ -255,6 +257,9 @@ class Simplifier:
         return self.intern(out)
 
     def _fold(self, e: Expr) -> Expr:
+        if isinstance(e, Var):
+            lo, hi = self.bounds.ranges.get(e, (None, None))
+            return Const(lo, e.dtype) if lo is not None and lo == hi else e
         if isinstance(e, Binary):
             return self._binary(e)
         if isinstance(e, Unary):
@@ -312,16 +317,16 @@ class Simplifier:
         out: Expr | None = None
         for atom, c in terms:
             mag = abs(c)
-            t = atom if mag == 1 else self.intern(Binary("*", atom, _ic(mag), INDEX))
+            t = atom if mag == 1 else self.intern(Binary("*", atom, self.intern(_ic(mag)), INDEX))
             if out is None:
                 out = t if c > 0 else self.intern(Unary("neg", t, INDEX))
             else:
                 out = self.intern(Binary("+" if c > 0 else "-", out, t, INDEX))
         if out is None:
-            return _ic(lin.const)
+            return self.intern(_ic(lin.const))
         if lin.const:
             op = "+" if lin.const > 0 else "-"
-            out = self.intern(Binary(op, out, _ic(abs(lin.const)), INDEX))
+            out = self.intern(Binary(op, out, self.intern(_ic(abs(lin.const))), INDEX))
         self.lin[id(out)] = (out, lin)
         return out
 
@@ -360,7 +365,7 @@ class Simplifier:
         # floor and trunc agree on non-negative numerators; C's / and % are cheaper
         if (self.bounds(a)[0] is not None) and self.bounds(a)[0] >= 0:
             op = "truncdiv" if op == "floordiv" else "truncmod"
-        return self.intern(Binary(op, a, _ic(c), INDEX))
+        return self.intern(Binary(op, a, self.intern(_ic(c)), INDEX))
 
     def _minmax(self, e: Binary) -> Expr:
         (alo, ahi), (blo, bhi) = self.bounds(e.a), self.bounds(e.b)

@@ -1,0 +1,61 @@
+"""Conv and ConvTranspose: explicit pads, optional bias kept as a node input."""
+
+from __future__ import annotations
+
+from ._common import check_attrs
+from ._window import kernel_shape, same_pads, window_attrs
+from .registry import converter
+
+_WINDOW = {"auto_pad", "dilations", "kernel_shape", "pads", "strides"}
+
+
+def _inputs(node) -> list[str]:
+    """data, weight and the bias if present."""
+    return [n for n in node.input[:3] if n]
+
+
+def _spatial(ctx, node):
+    x = ctx.value(node.input[0])
+    w = ctx.value(node.input[1])
+    if len(x.shape) < 3:
+        ctx.fail(node, f"input must have batch, channel and spatial dims, got {list(x.shape)}")
+    return x, w, kernel_shape(ctx, node, w.shape)
+
+
+@converter("Conv")
+def conv(ctx, node):
+    check_attrs(ctx, node, _WINDOW | {"group"})
+    x, w, kernel = _spatial(ctx, node)
+    group = int(ctx.attr(node, "group", 1))
+    if x.shape[1] != w.shape[1] * group or w.shape[0] % group:
+        ctx.fail(node, f"group={group} does not fit input {list(x.shape)}, weight {list(w.shape)}")
+    attrs = window_attrs(ctx, node, x.shape[2:], kernel)
+    return [ctx.node("conv", node, _inputs(node), groups=group, **attrs)]
+
+
+@converter("ConvTranspose")
+def conv_transpose(ctx, node):
+    check_attrs(ctx, node, _WINDOW | {"group", "output_padding", "output_shape"})
+    x, w, kernel = _spatial(ctx, node)
+    nd = len(kernel)
+    group = int(ctx.attr(node, "group", 1))
+    if x.shape[1] != w.shape[0] or w.shape[0] % group:
+        ctx.fail(node, f"group={group} does not fit input {list(x.shape)}, weight {list(w.shape)}")
+    auto_pad = ctx.attr(node, "auto_pad", "NOTSET")
+    # window_attrs' SAME pads are for a forward conv; the transposed ones follow below.
+    attrs = window_attrs(ctx, node, x.shape[2:], [1] * nd)
+    opad = [int(v) for v in ctx.attr(node, "output_padding", None) or [0] * nd]
+    out_shape = ctx.attr(node, "output_shape")
+    if out_shape is not None and len(out_shape) == len(x.shape):
+        out_shape = out_shape[2:]  # older models give the full shape
+    if auto_pad.startswith("SAME"):
+        target = out_shape or [x.shape[2 + i] * attrs["strides"][i] for i in range(nd)]
+        for i in range(nd):
+            full = (attrs["strides"][i] * (x.shape[2 + i] - 1) + opad[i]
+                    + (kernel[i] - 1) * attrs["dilations"][i] + 1)
+            attrs["pads"][i], attrs["pads"][nd + i] = same_pads(full - target[i], auto_pad)
+    if out_shape:
+        # Without auto_pad the given pads stay; a longer output_shape extends the end.
+        attrs["output_shape"] = [int(v) for v in out_shape]
+    return [ctx.node("conv_transpose", node, _inputs(node), groups=group,
+                     output_padding=opad, **attrs)]

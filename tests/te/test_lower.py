@@ -1,0 +1,81 @@
+import time
+
+from packager import te
+from packager.codegen import codegen_c
+from packager.te.ir import Allocate, For, IfThenElse, Store, walk_stmts
+
+
+def _elementwise_chain(n_ops, shape=(1, 64, 112, 112)):
+    A = te.placeholder(shape, name="A")
+    t = A
+    for k in range(n_ops):
+        prev = t
+        t = te.compute(shape, lambda *i, p=prev: p[i] * p[i] + 1.0, name=f"e{k}")
+    return A, t
+
+
+def test_inline_chain_is_one_nest_without_buffers():
+    A, out = _elementwise_chain(3)
+    f = te.lower(te.default_schedule(out), [A, out], "k")
+    nodes = list(walk_stmts(f.body))
+    assert not any(isinstance(n, Allocate) for n in nodes)
+    assert sum(isinstance(n, Store) for n in nodes) == 1
+    assert sum(isinstance(n, For) for n in nodes) == 3  # the batch loop of extent 1 is gone
+
+
+def test_inlining_is_not_exponential():
+    A, out = _elementwise_chain(40)
+    t0 = time.perf_counter()
+    src = codegen_c(te.lower(te.default_schedule(out), [A, out], "k"))
+    assert time.perf_counter() - t0 < 2.0
+    assert len(src) < 20000  # x*x shares its operand: one temporary per level
+
+
+def test_lowering_is_fast():
+    X = te.placeholder((1, 64, 112, 112), name="X")
+    Y = te.compute(X.shape, lambda n, c, h, w: te.max_(X[n, c, h, w], 0.0), name="Y")
+    t0 = time.perf_counter()
+    for _ in range(20):
+        codegen_c(te.lower(te.default_schedule(Y), [X, Y], "k"))
+    assert (time.perf_counter() - t0) / 20 < 0.05
+
+
+def test_dividing_split_has_no_guard():
+    A = te.placeholder((16, 8), name="A")
+    B = te.compute((16, 8), lambda i, j: A[i, j] + 1.0, name="B")
+    s = te.create_schedule(B)
+    s[B].split(s[B].op.axis[0], 4)
+    f = te.lower(s, [A, B], "k")
+    assert not any(isinstance(n, IfThenElse) for n in walk_stmts(f.body))
+    s[B].split(s[B].op.axis[1], 3)
+    f = te.lower(s, [A, B], "k")
+    assert any(isinstance(n, IfThenElse) for n in walk_stmts(f.body))
+
+
+def test_flat_index_is_clean():
+    A = te.placeholder((10, 20), name="A")
+    B = te.compute((10, 20), lambda i, j: A[i, j] * 2.0, name="B")
+    src = codegen_c(te.lower(te.default_schedule(B), [A, B], "k"))
+    assert "((B_i0 * 20) + B_i1)" in src
+
+
+def test_default_schedule_keeps_reductions_and_outputs():
+    A = te.placeholder((4, 5), name="A")
+    k = te.reduce_axis(5, "k")
+    R = te.compute((4,), lambda i: te.sum(A[i, k], k), name="R")
+    E = te.compute((4,), lambda i: R[i] * 2.0, name="E")
+    F = te.compute((4,), lambda i: E[i] + 1.0, name="F")
+    s = te.default_schedule([E, F])
+    assert s[R].attach_type == "root" and s[E].attach_type == "root"
+
+
+def test_deterministic_source():
+    def make():
+        A = te.placeholder((8, 8), name="A")
+        B = te.compute((8, 8), lambda i, j: A[j, i] + A[i, j], name="B")
+        s = te.create_schedule(B)
+        io, ii = s[B].split(s[B].op.axis[0], 4)
+        s[B].parallel(io)
+        return codegen_c(te.lower(s, [A, B], "k_t"))
+
+    assert make() == make()
