@@ -38,7 +38,7 @@ class PackagerRep(BackendRep):
             cmd = [str(self.exe), str(self.bundle), "--output-dir", f"{d}/out"]
             for k, (name, a) in enumerate(zip(self.inputs, arrays)):
                 path = f"{d}/in{k}.npy"
-                np.save(path, np.ascontiguousarray(a), allow_pickle=False)
+                np.save(path, np.asarray(a, order="C"), allow_pickle=False)
                 cmd += ["--input", f"{name}={path}"]
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
             if r.returncode != 0:

@@ -121,7 +121,7 @@ def write_bundle_files(
     (root / "kernels" / "registry.c").write_text(registry_source(kernels))
     gj = graph_json(graph, funcs)
     _write_json(root / "graph.json", gj)
-    params = [(v.name, np.ascontiguousarray(v.data, dtype=np_dtype(v.dtype))) for v in graph.consts()]
+    params = [(v.name, np.asarray(v.data, dtype=np_dtype(v.dtype), order="C")) for v in graph.consts()]
     (root / "params.bin").write_bytes(write_params(params))
     runtime = root / "runtime"
     runtime.mkdir()

@@ -46,11 +46,12 @@ def kernel_key(node: Node, graph: Graph) -> str:
 
 def lower_node(node: Node, graph: Graph, func: str, target: str = "cpu") -> Kernel:
     opdef = get_op(node.op)
-    args = [
-        te.placeholder(graph.values[i].shape, graph.values[i].dtype, f"in{k}")
-        for k, i in enumerate(node.inputs)
-    ]
-    outs = list(opdef.compute(args, node.attrs))
+    with te.fresh_names():
+        args = [
+            te.placeholder(graph.values[i].shape, graph.values[i].dtype, f"in{k}")
+            for k, i in enumerate(node.inputs)
+        ]
+        outs = list(opdef.compute(args, node.attrs))
     schedule = opdef.schedules.get(target)
     sch = schedule(outs, node.attrs) if schedule else default_schedule(outs)
     try:

@@ -80,7 +80,7 @@ def one_node_model(op_type, domain="", dims=(1, 4), extra_nodes=()):
     nodes = [helper.make_node(op_type, ["x"], ["y"], name="first", domain=domain), *extra_nodes]
     graph = helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims))],
-        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)])
+        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, list(dims))])
     opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
     return helper.make_model(graph, opset_imports=opsets)
 

@@ -398,13 +398,7 @@ static pk_status check_storage_use(pk_graph* g) {
 }
 
 /* Kernel lookup: bisect when the table is sorted (the packager writes it so), else scan. */
-static pk_kernel_fn find_kernel(const char* name) {
-    static int sorted = -1;
-    if (sorted < 0) {
-        sorted = 1;
-        for (int32_t i = 1; i < pk_kernel_count; i++)
-            if (strcmp(pk_kernel_table[i - 1].name, pk_kernel_table[i].name) >= 0) sorted = 0;
-    }
+static pk_kernel_fn find_kernel(const char* name, int sorted) {
     int32_t lo = 0, hi = pk_kernel_count;
     if (!sorted) {
         for (int32_t i = 0; i < pk_kernel_count; i++)
@@ -424,15 +418,17 @@ static pk_kernel_fn find_kernel(const char* name) {
 }
 
 static pk_status resolve_kernels(pk_graph* g) {
+    int sorted = 1;
+    for (int32_t i = 1; i < pk_kernel_count; i++)
+        if (strcmp(pk_kernel_table[i - 1].name, pk_kernel_table[i].name) >= 0) sorted = 0;
     for (int32_t n = 0; n < g->num_nodes; n++) {
         pk_node* node = &g->nodes[n];
         if (node->op != PK_NODE_KERNEL) continue;
-        node->fn = find_kernel(node->func);
+        node->fn = find_kernel(node->func, sorted);
         if (!node->fn)
             return pk_fail(PK_ERR_FORMAT,
-                           GJ ": nodes[%d] '%s': func '%s' is not in the kernel "
-                              "table",
-                           (int)n, node->name, node->func);
+                           GJ ": nodes[%d] '%s': func '%s' is not in the kernel table", (int)n,
+                           node->name, node->func);
     }
     return PK_OK;
 }

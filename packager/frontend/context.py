@@ -61,7 +61,7 @@ class ConvertContext:
 
     def add_const(self, array: np.ndarray, hint: str) -> str:
         name = self.fresh(hint)
-        arr = np.ascontiguousarray(array)
+        arr = np.asarray(array, order="C")
         dtype = "bool" if arr.dtype == np.bool_ else str(arr.dtype)
         self.values[name] = Value(name, tuple(arr.shape), dtype, arr)
         return name

@@ -12,8 +12,15 @@ def span(kernel: int, dilation: int) -> int:
     return (kernel - 1) * dilation + 1
 
 
-def out_len(n: int, kernel: int, stride: int, dilation: int, before: int, after: int,
-            ceil_mode: bool = False) -> int:
+def out_len(
+    n: int,
+    kernel: int,
+    stride: int,
+    dilation: int,
+    before: int,
+    after: int,
+    ceil_mode: bool = False,
+) -> int:
     """Number of window positions along a dim of length ``n`` padded by before/after."""
     room = n + before + after - span(kernel, dilation)
     if not ceil_mode:

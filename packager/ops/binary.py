@@ -55,6 +55,27 @@ def _bit_shift(a, b, attrs):
     return te.select(b < c(b, bits(a.dtype)), shifted, c(a, 0))
 
 
+def _bitwise(combine):
+    """A bitwise op from a logical one, bit by bit: te has no bit operators, so bit k is
+    floormod(floordiv(a, 2**k), 2) (floor division shifts negatives arithmetically) and
+    the sign bit of a signed type is ``a < 0``, worth -2**(n-1). The C compiler turns
+    the divisions by powers of two back into shifts."""
+
+    def fn(a, b, attrs):
+        n, signed = bits(a.dtype), not is_unsigned(a.dtype)
+        out = c(a, 0)
+        for k in range(n - 1 if signed else n):
+            p = c(a, 2**k)
+            bit_a, bit_b = (te.ne((v // p) % c(a, 2), c(a, 0)) for v in (a, b))
+            out = out + te.select(combine(bit_a, bit_b), p, c(a, 0))
+        if signed:
+            top = combine(a < c(a, 0), b < c(b, 0))
+            out = out + te.select(top, c(a, -(2 ** (n - 1))), c(a, 0))
+        return out
+
+    return fn
+
+
 def _prelu(x, slope, attrs):
     return te.select(x < c(x, 0), x * slope, x)
 
@@ -84,6 +105,9 @@ BINARY: dict[str, tuple[str, Callable]] = {
     "logical_and": ("bool", _pairwise(lambda a, b: te.binary("and", a, b))),
     "logical_or": ("bool", _pairwise(lambda a, b: te.binary("or", a, b))),
     "logical_xor": ("bool", _pairwise(te.ne)),
+    "bitwise_and": ("int", _bitwise(lambda a, b: te.binary("and", a, b))),
+    "bitwise_or": ("int", _bitwise(lambda a, b: te.binary("or", a, b))),
+    "bitwise_xor": ("int", _bitwise(te.ne)),
 }
 MIXED_DTYPES = {"pow"}
 

@@ -8,7 +8,7 @@ elementwise stage after the reduction so the reduction stays a pure sum.
 from __future__ import annotations
 
 from .. import te
-from ._window import out_len, reduce_axes, scaled, split_pads, span, window_index
+from ._window import out_len, reduce_axes, scaled, span, split_pads, window_index
 from .pad import pad_tensor
 from .registry import register_op
 
@@ -25,8 +25,9 @@ def _add_bias(out: te.Tensor, inputs, name: str) -> te.Tensor:
     if len(inputs) < 3 or inputs[2] is None:
         return out
     bias = inputs[2]
-    return te.compute(out.shape, lambda n, m, *o: out[(n, m, *o)] + bias[m],
-                      name=f"{name}_bias", tag="bias_add")
+    return te.compute(
+        out.shape, lambda n, m, *o: out[(n, m, *o)] + bias[m], name=f"{name}_bias", tag="bias_add"
+    )
 
 
 def _channel(m, per_group_out: int, per_group_in: int, rc, groups: int):
@@ -43,8 +44,10 @@ def conv(inputs, attrs):
     m_total, cg = w.shape[0], w.shape[1]
     kernel = w.shape[2:]
     xp = pad_tensor(x, [0, 0, *before], [0, 0, *after], name="conv_pad")
-    spatial = [out_len(x.shape[2 + i], kernel[i], strides[i], dilations[i], before[i], after[i])
-               for i in range(nd)]
+    spatial = [
+        out_len(x.shape[2 + i], kernel[i], strides[i], dilations[i], before[i], after[i])
+        for i in range(nd)
+    ]
     rc = te.reduce_axis(cg, "rc")
     rk = reduce_axes(kernel, "rk")
     mg = m_total // groups
@@ -54,8 +57,13 @@ def conv(inputs, attrs):
         xi = [window_index(o[i], rk[i], strides[i], dilations[i]) for i in range(nd)]
         return te.sum(xp[(n, c, *xi)] * w[(m, rc, *rk)], [rc, *rk])
 
-    out = te.compute([x.shape[0], m_total, *spatial], f, name="conv", tag="conv",
-                     attrs={"groups": groups, "strides": strides, "dilations": dilations})
+    out = te.compute(
+        [x.shape[0], m_total, *spatial],
+        f,
+        name="conv",
+        tag="conv",
+        attrs={"groups": groups, "strides": strides, "dilations": dilations},
+    )
     return [_add_bias(out, inputs, "conv")]
 
 
@@ -90,8 +98,14 @@ def conv_transpose(inputs, attrs):
     spatial = attrs.get("output_shape")
     if not spatial:
         opad = list(attrs.get("output_padding") or [0] * nd)
-        spatial = [strides[i] * (x.shape[2 + i] - 1) + opad[i] + span(kernel[i], dilations[i])
-                   - before[i] - after[i] for i in range(nd)]
+        spatial = [
+            strides[i] * (x.shape[2 + i] - 1)
+            + opad[i]
+            + span(kernel[i], dilations[i])
+            - before[i]
+            - after[i]
+            for i in range(nd)
+        ]
     # Output o gathers x[(o + before - k*d) / s]; with the kernel flipped this is a
     # direct stride-1 conv over the zero-dilated input shifted by span - 1 - before.
     lead = [span(kernel[i], dilations[i]) - 1 - before[i] for i in range(nd)]
@@ -107,7 +121,11 @@ def conv_transpose(inputs, attrs):
         oc = m if groups == 1 else m % mg
         return te.sum(xp[(n, c, *xi)] * w[(c, oc, *flipped)], [rc, *rk])
 
-    out = te.compute([x.shape[0], mg * groups, *spatial], f, name="conv_transpose",
-                     tag="conv_transpose",
-                     attrs={"groups": groups, "strides": strides, "dilations": dilations})
+    out = te.compute(
+        [x.shape[0], mg * groups, *spatial],
+        f,
+        name="conv_transpose",
+        tag="conv_transpose",
+        attrs={"groups": groups, "strides": strides, "dilations": dilations},
+    )
     return [_add_bias(out, inputs, "conv_transpose")]

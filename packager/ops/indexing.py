@@ -82,15 +82,22 @@ def one_hot(inputs: list[te.Tensor], attrs: dict) -> list[te.Tensor]:
 
 @register_op("trilu", "injective")
 def trilu(inputs: list[te.Tensor], attrs: dict) -> list[te.Tensor]:
-    """attrs: upper (1 keeps j - i >= k, 0 keeps j - i <= k), k (diagonal offset)."""
-    (x,) = inputs
+    """attrs: upper (1 keeps j - i >= k, 0 keeps j - i <= k), k (diagonal offset), unless
+    a second input (a runtime int64 scalar) gives k."""
+    x = inputs[0]
     if x.ndim < 2:
         raise ValueError("trilu needs at least 2 dims")
-    upper, k = int(attrs.get("upper", 1)), int(attrs.get("k", 0))
+    upper = int(attrs.get("upper", 1))
+    if len(inputs) > 1:
+        if inputs[1].size != 1 or inputs[1].dtype != "int64":
+            raise ValueError("trilu: k must be one int64")
+        k = inputs[1][(0,) * inputs[1].ndim]
+    else:
+        k = te.const(int(attrs.get("k", 0)), te.INDEX)
 
     def body(*idx):
         diff = idx[-1] - idx[-2]
-        keep = diff >= te.const(k, te.INDEX) if upper else diff <= te.const(k, te.INDEX)
+        keep = diff >= k if upper else diff <= k
         return te.select(keep, x[idx], te.const(0, x.dtype))
 
     return [te.compute(x.shape, body, tag="injective")]

@@ -10,7 +10,7 @@ def _batch_shape(a: tuple, b: tuple) -> list[int]:
     nd = max(len(a), len(b))
     a, b = (1,) * (nd - len(a)) + a, (1,) * (nd - len(b)) + b
     out = []
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         if x != y and 1 not in (x, y):
             raise ValueError(f"matmul: batch dims {a} and {b} do not broadcast")
         out.append(max(x, y))
@@ -20,8 +20,8 @@ def _batch_shape(a: tuple, b: tuple) -> list[int]:
 def _batch_index(batch: tuple, t: te.Tensor, nb: int) -> list:
     """Indices into ``t``'s batch dims (its leading ndim-2) for output batch ``batch``."""
     dims = t.shape[: t.ndim - 2]
-    own = batch[nb - len(dims):] if dims else ()
-    return [0 if d == 1 else i for i, d in zip(own, dims)]
+    own = batch[nb - len(dims) :] if dims else ()
+    return [0 if d == 1 else i for i, d in zip(own, dims, strict=True)]
 
 
 @register_op("matmul", "out_elemwise_fusable")
@@ -54,8 +54,8 @@ def matmul(inputs, attrs):
 def _broadcast_2d(c: te.Tensor, i, j):
     """Element (i, j) of ``c`` broadcast unidirectionally to 2-D."""
     shape = (1,) * (2 - c.ndim) + c.shape
-    idx = [0 if d == 1 else v for d, v in zip(shape, (i, j))]
-    return c[tuple(idx[2 - c.ndim:])] if c.ndim else c[()]
+    idx = [0 if d == 1 else v for d, v in zip(shape, (i, j), strict=True)]
+    return c[tuple(idx[2 - c.ndim :])] if c.ndim else c[()]
 
 
 @register_op("gemm", "out_elemwise_fusable")
@@ -74,8 +74,9 @@ def gemm(inputs, attrs):
         bv = b[j, k] if tb else b[k, j]
         return te.sum(av * bv, k)
 
-    out = te.compute([m, n], f, name="gemm", tag="dense",
-                     attrs={"trans_a": int(ta), "trans_b": int(tb)})
+    out = te.compute(
+        [m, n], f, name="gemm", tag="dense", attrs={"trans_a": int(ta), "trans_b": int(tb)}
+    )
     if alpha == 1.0 and (c is None or beta == 0.0):
         return [out]
     dt = out.dtype

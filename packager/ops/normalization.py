@@ -14,8 +14,8 @@ from .registry import register_op
 
 def bcast(t: te.Tensor, idx) -> te.Expr:
     """Element of ``t`` broadcast (numpy rules, right-aligned) to index ``idx``."""
-    own = list(idx)[len(idx) - t.ndim:] if t.ndim else []
-    return t[tuple(0 if d == 1 else i for d, i in zip(t.shape, own))]
+    own = list(idx)[len(idx) - t.ndim :] if t.ndim else []
+    return t[tuple(0 if d == 1 else i for d, i in zip(t.shape, own, strict=True))]
 
 
 def channel(t: te.Tensor, idx) -> te.Expr:
@@ -37,8 +37,7 @@ class Moments:
 
         total = te.compute(ax.shape, sq_dev, name=f"{name}_sqdev", tag="reduce")
         n = te.const(ax.count, x.dtype)
-        self.var = te.compute(ax.shape, lambda *i: total[i] / n, name=f"{name}_var",
-                              tag="elemwise")
+        self.var = te.compute(ax.shape, lambda *i: total[i] / n, name=f"{name}_var", tag="elemwise")
 
     def row(self, idx) -> tuple:
         """Index of the statistics for input index ``idx``."""
@@ -66,8 +65,14 @@ def batch_norm(inputs, attrs):
 def scale_shift(inputs, attrs):
     """x * scale[c] + shift[c] over channel axis 1 (batch_norm with folded statistics)."""
     x, scale, shift = inputs
-    return [te.compute(x.shape, lambda *i: x[i] * channel(scale, i) + channel(shift, i),
-                       name="scale_shift", tag="elemwise")]
+    return [
+        te.compute(
+            x.shape,
+            lambda *i: x[i] * channel(scale, i) + channel(shift, i),
+            name="scale_shift",
+            tag="elemwise",
+        )
+    ]
 
 
 @register_op("instance_norm", "opaque")
@@ -91,8 +96,9 @@ def layer_norm(inputs, attrs):
     bias = inputs[2] if len(inputs) > 2 else None
     st = Moments(x, range(attrs["axis"], x.ndim), "layer_norm")
     eps = attrs.get("epsilon", 1e-5)
-    inv = te.compute(st.ax.shape, lambda *i: _rsqrt(st.var[i], eps), name="layer_norm_inv",
-                     tag="elemwise")
+    inv = te.compute(
+        st.ax.shape, lambda *i: _rsqrt(st.var[i], eps), name="layer_norm_inv", tag="elemwise"
+    )
 
     def f(*i):
         y = (x[i] - st.mean[st.row(i)]) * inv[st.row(i)] * bcast(scale, i)
@@ -121,8 +127,9 @@ def lp_norm(inputs, attrs):
     """x / ||x||_p along attrs axis (p 1 or 2); 0 where the norm is 0."""
     (x,) = inputs
     axis, p = attrs["axis"], attrs.get("p", 2)
-    norm = reduce_tensor(x, "reduce_l1" if p == 1 else "reduce_l2", [axis], True,
-                         name="lp_norm_norm")
+    norm = reduce_tensor(
+        x, "reduce_l1" if p == 1 else "reduce_l2", [axis], True, name="lp_norm_norm"
+    )
     zero = te.const(0, x.dtype)
 
     def f(*i):

@@ -33,12 +33,12 @@ def pad_tensor(x: te.Tensor, before, after, mode: str = "constant", value=0, nam
     before, after = [int(b) for b in before], [int(a) for a in after]
     if not any(before) and not any(after):
         return x
-    shape = [n + b + a for n, b, a in zip(x.shape, before, after)]
+    shape = [n + b + a for n, b, a in zip(x.shape, before, after, strict=True)]
     fill = te.const(value, x.dtype)
 
     def f(*idx):
         src, inside = [], []
-        for i, b, a, n in zip(idx, before, after, x.shape):
+        for i, b, a, n in zip(idx, before, after, x.shape, strict=True):
             src.append(_source_index(i, b, n, mode))
             if mode == "constant":
                 if b > 0:
@@ -58,5 +58,6 @@ def pad(inputs, attrs):
     (x,) = inputs
     pads = attrs["pads"]
     nd = x.ndim
-    return [pad_tensor(x, pads[:nd], pads[nd:], attrs.get("mode", "constant"),
-                       attrs.get("value", 0))]
+    return [
+        pad_tensor(x, pads[:nd], pads[nd:], attrs.get("mode", "constant"), attrs.get("value", 0))
+    ]

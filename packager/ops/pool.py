@@ -8,7 +8,7 @@ avg_pool: count_include_pad; lp_pool: p. Windows start at ``o * stride - pad_beg
 from __future__ import annotations
 
 from .. import te
-from ._window import out_len, reduce_axes, split_pads, span, window_index
+from ._window import out_len, reduce_axes, span, split_pads, window_index
 from .pad import pad_tensor
 from .registry import register_op
 
@@ -33,22 +33,34 @@ class _Window:
         self.before, self.after = split_pads(attrs.get("pads"), nd)
         ceil = bool(attrs.get("ceil_mode", 0))
         self.spatial = [
-            out_len(x.shape[2 + i], self.kernel[i], self.strides[i], self.dilations[i],
-                    self.before[i], self.after[i], ceil)
+            out_len(
+                x.shape[2 + i],
+                self.kernel[i],
+                self.strides[i],
+                self.dilations[i],
+                self.before[i],
+                self.after[i],
+                ceil,
+            )
             for i in range(nd)
         ]
         self.shape = [*x.shape[:2], *self.spatial]
         # Pad to exactly what the windows read (ceil_mode may read past the end pads).
-        need = [(self.spatial[i] - 1) * self.strides[i] + span(self.kernel[i], self.dilations[i])
-                for i in range(nd)]
+        need = [
+            (self.spatial[i] - 1) * self.strides[i] + span(self.kernel[i], self.dilations[i])
+            for i in range(nd)
+        ]
         tail = [need[i] - x.shape[2 + i] - self.before[i] for i in range(nd)]
-        self.padded = pad_tensor(x, [0, 0, *self.before], [0, 0, *tail], value=fill,
-                                 name="pool_pad")
+        self.padded = pad_tensor(
+            x, [0, 0, *self.before], [0, 0, *tail], value=fill, name="pool_pad"
+        )
         self.rk = reduce_axes(self.kernel, "rk")
 
     def load(self, n, c, o):
-        xi = [window_index(o[i], self.rk[i], self.strides[i], self.dilations[i])
-              for i in range(self.nd)]
+        xi = [
+            window_index(o[i], self.rk[i], self.strides[i], self.dilations[i])
+            for i in range(self.nd)
+        ]
         return self.padded[(n, c, *xi)]
 
     def count(self, o, lo, hi):
@@ -70,16 +82,23 @@ class _Window:
 def max_pool(inputs, attrs):
     (x,) = inputs
     w = _Window(x, attrs, _lowest(x.dtype))
-    return [te.compute(w.shape, lambda n, c, *o: te.max_reduce(w.load(n, c, o), w.rk),
-                       name="max_pool", tag="pool")]
+    return [
+        te.compute(
+            w.shape,
+            lambda n, c, *o: te.max_reduce(w.load(n, c, o), w.rk),
+            name="max_pool",
+            tag="pool",
+        )
+    ]
 
 
 @register_op("avg_pool", "opaque")
 def avg_pool(inputs, attrs):
     (x,) = inputs
     w = _Window(x, attrs, 0)
-    total = te.compute(w.shape, lambda n, c, *o: te.sum(w.load(n, c, o), w.rk),
-                       name="avg_pool_sum", tag="pool")
+    total = te.compute(
+        w.shape, lambda n, c, *o: te.sum(w.load(n, c, o), w.rk), name="avg_pool_sum", tag="pool"
+    )
     sizes = x.shape[2:]
     if attrs.get("count_include_pad", 0):
         # Pads count, the region past the end pads (ceil_mode) does not.
@@ -109,8 +128,12 @@ def lp_pool(inputs, attrs):
             return te.call("fabs", v)
         return te.call("pow", te.call("fabs", v), te.const(p, dt))
 
-    total = te.compute(w.shape, lambda n, c, *o: te.sum(powered(w.load(n, c, o)), w.rk),
-                       name="lp_pool_sum", tag="pool")
+    total = te.compute(
+        w.shape,
+        lambda n, c, *o: te.sum(powered(w.load(n, c, o)), w.rk),
+        name="lp_pool_sum",
+        tag="pool",
+    )
 
     def root(*idx):
         v = total[idx]

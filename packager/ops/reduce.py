@@ -6,8 +6,8 @@ still apply as ONNX's noop_with_empty_axes does), keepdims.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .. import te
 from .registry import register_op
@@ -66,8 +66,9 @@ class Axes:
         self.count = 1
         for a in self.axes:
             self.count *= x.shape[a]
-        self.shape = [1 if a in self.rv else d for a, d in enumerate(x.shape)
-                      if keepdims or a not in self.rv]
+        self.shape = [
+            1 if a in self.rv else d for a, d in enumerate(x.shape) if keepdims or a not in self.rv
+        ]
 
     def input_index(self, idx, with_reduce: bool = True) -> tuple:
         """Input index for output index ``idx``; reduced dims read the reduce vars
@@ -94,16 +95,19 @@ def reduce_tensor(x: te.Tensor, op: str, axes, keepdims: bool = True, name=None)
     name = name or op
     if not ax.axes:
         # noop_with_empty_axes: only the elementwise parts apply.
-        return te.compute(x.shape, lambda *i: r.post(r.pre(x[i], 1), 1), name=name,
-                          tag="elemwise")
+        return te.compute(x.shape, lambda *i: r.post(r.pre(x[i], 1), 1), name=name, tag="elemwise")
     combine = _COMBINE[r.combiner]
-    red = te.compute(ax.shape, lambda *i: combine(r.pre(x[ax.input_index(i)], ax.count),
-                                                  ax.ivs),
-                     name=name, tag="reduce")
+    red = te.compute(
+        ax.shape,
+        lambda *i: combine(r.pre(x[ax.input_index(i)], ax.count), ax.ivs),
+        name=name,
+        tag="reduce",
+    )
     if r.post is _ident:
         return red
-    return te.compute(ax.shape, lambda *i: r.post(red[i], ax.count), name=f"{name}_post",
-                      tag="elemwise")
+    return te.compute(
+        ax.shape, lambda *i: r.post(red[i], ax.count), name=f"{name}_post", tag="elemwise"
+    )
 
 
 def _log_sum_exp(x: te.Tensor, axes, keepdims: bool) -> te.Tensor:
@@ -117,8 +121,7 @@ def _log_sum_exp(x: te.Tensor, axes, keepdims: bool) -> te.Tensor:
         xi = ax.input_index(i)
         return te.call("exp", x[xi] - m[ax.input_index(i, with_reduce=False)])
 
-    s = te.compute(ax.shape, lambda *i: te.sum(shifted(i), ax.ivs), name="lse_sum",
-                   tag="reduce")
+    s = te.compute(ax.shape, lambda *i: te.sum(shifted(i), ax.ivs), name="lse_sum", tag="reduce")
 
     def f(*i):
         return m[ax.input_index(i, with_reduce=False)] + te.call("log", s[i])
@@ -145,8 +148,9 @@ def reduce_log_sum_exp(inputs, attrs):
     return [_log_sum_exp(x, attrs["axes"], bool(attrs.get("keepdims", 1)))]
 
 
-def arg_extreme(x: te.Tensor, axis: int, keepdims: bool, largest: bool, last: bool,
-                name: str) -> te.Tensor:
+def arg_extreme(
+    x: te.Tensor, axis: int, keepdims: bool, largest: bool, last: bool, name: str
+) -> te.Tensor:
     """Index (int64) of the first (or last) max/min along ``axis``: the extreme value
     first, then the smallest (largest) index holding it."""
     kind = "reduce_max" if largest else "reduce_min"
@@ -166,11 +170,27 @@ def arg_extreme(x: te.Tensor, axis: int, keepdims: bool, largest: bool, last: bo
 @register_op("argmax", "reduction")
 def argmax(inputs, attrs):
     """attrs: axis, keepdims, select_last_index."""
-    return [arg_extreme(inputs[0], attrs["axis"], bool(attrs.get("keepdims", 1)), True,
-                        bool(attrs.get("select_last_index", 0)), "argmax")]
+    return [
+        arg_extreme(
+            inputs[0],
+            attrs["axis"],
+            bool(attrs.get("keepdims", 1)),
+            True,
+            bool(attrs.get("select_last_index", 0)),
+            "argmax",
+        )
+    ]
 
 
 @register_op("argmin", "reduction")
 def argmin(inputs, attrs):
-    return [arg_extreme(inputs[0], attrs["axis"], bool(attrs.get("keepdims", 1)), False,
-                        bool(attrs.get("select_last_index", 0)), "argmin")]
+    return [
+        arg_extreme(
+            inputs[0],
+            attrs["axis"],
+            bool(attrs.get("keepdims", 1)),
+            False,
+            bool(attrs.get("select_last_index", 0)),
+            "argmin",
+        )
+    ]

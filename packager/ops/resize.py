@@ -103,10 +103,13 @@ def _taps(i, d: int, n_in: int, attrs: dict):
         ws = _cubic_weights(r, attrs.get("cubic_coeff_a", -0.75))
         idx = [x0 + k for k in (-1, 0, 1, 2)]
         if attrs.get("exclude_outside", 0):
-            ws = [te.select(te.all_of(j >= 0, j < n_in), w, _c(0.0)) for j, w in zip(idx, ws)]
+            ws = [
+                te.select(te.all_of(j >= 0, j < n_in), w, _c(0.0))
+                for j, w in zip(idx, ws, strict=True)
+            ]
             total = ws[0] + ws[1] + ws[2] + ws[3]
             ws = [w / total for w in ws]
-        return [(clamp(j), w) for j, w in zip(idx, ws)], outside
+        return [(clamp(j), w) for j, w in zip(idx, ws, strict=True)], outside
     raise ValueError(f"resize: unknown mode {mode!r}")
 
 
@@ -140,7 +143,7 @@ def resize(inputs, attrs):
         for combo in itertools.product(*(per_dim[d] for d in dims)):
             idx = list(i)
             w = None
-            for d, (j, wd) in zip(dims, combo):
+            for d, (j, wd) in zip(dims, combo, strict=True):
                 idx[d] = j
                 if wd is not None:
                     w = wd if w is None else w * wd
@@ -149,8 +152,9 @@ def resize(inputs, attrs):
             total = term if total is None else total + term
         total = te.cast(dt, total)
         if outside:
-            total = te.select(te.any_of(*outside), te.const(attrs.get("extrapolation_value", 0.0),
-                                                            dt), total)
+            total = te.select(
+                te.any_of(*outside), te.const(attrs.get("extrapolation_value", 0.0), dt), total
+            )
         return total
 
     return [te.compute(attrs["sizes"], f, name="resize", tag="resize")]

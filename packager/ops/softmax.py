@@ -17,8 +17,9 @@ class _Stats:
     def __init__(self, x: te.Tensor, axes, name: str):
         self.ax = Axes(x, axes, True, "s")
         self.m = reduce_tensor(x, "reduce_max", axes, True, name=f"{name}_max")
-        self.shifted = te.compute(x.shape, lambda *i: x[i] - self.m[self.row(i)],
-                                  name=f"{name}_shift", tag="elemwise")
+        self.shifted = te.compute(
+            x.shape, lambda *i: x[i] - self.m[self.row(i)], name=f"{name}_shift", tag="elemwise"
+        )
         rv = self.ax
 
         def total(*i):
@@ -35,16 +36,28 @@ class _Stats:
 def softmax(inputs, attrs):
     (x,) = inputs
     st = _Stats(x, attrs["axes"], "softmax")
-    return [te.compute(x.shape, lambda *i: te.call("exp", st.shifted[i]) / st.sum[st.row(i)],
-                       name="softmax", tag="elemwise")]
+    return [
+        te.compute(
+            x.shape,
+            lambda *i: te.call("exp", st.shifted[i]) / st.sum[st.row(i)],
+            name="softmax",
+            tag="elemwise",
+        )
+    ]
 
 
 @register_op("log_softmax", "opaque")
 def log_softmax(inputs, attrs):
     (x,) = inputs
     st = _Stats(x, attrs["axes"], "log_softmax")
-    return [te.compute(x.shape, lambda *i: st.shifted[i] - te.call("log", st.sum[st.row(i)]),
-                       name="log_softmax", tag="elemwise")]
+    return [
+        te.compute(
+            x.shape,
+            lambda *i: st.shifted[i] - te.call("log", st.sum[st.row(i)]),
+            name="log_softmax",
+            tag="elemwise",
+        )
+    ]
 
 
 @register_op("hardmax", "opaque")

@@ -36,5 +36,4 @@ def space_to_depth(inputs, attrs):
         block = ci // c
         return x[ni, ci % c, hi * b + block // b, wi * b + block % b]
 
-    return [te.compute([n, c * b * b, h // b, w // b], f, name="space_to_depth",
-                       tag="injective")]
+    return [te.compute([n, c * b * b, h // b, w // b], f, name="space_to_depth", tag="injective")]

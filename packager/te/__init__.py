@@ -28,6 +28,7 @@ from .expr import (  # noqa: F401
     compute,
     const,
     eq,
+    fresh_names,
     is_float,
     logical_not,
     max_,

@@ -10,6 +10,7 @@ dict keys, and structural equality is never implied by ``==`` (use ``eq``).
 from __future__ import annotations
 
 import itertools
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -27,6 +28,18 @@ def is_float(dtype: str) -> bool:
 
 def _fresh(prefix: str) -> str:
     return f"{prefix}{next(_names)}"
+
+
+@contextmanager
+def fresh_names():
+    """Number unnamed tensors and axes from 0 inside the block, so that building the
+    same computation twice gives the same names (and the same generated source)."""
+    global _names
+    saved, _names = _names, itertools.count()
+    try:
+        yield
+    finally:
+        _names = saved
 
 
 class Expr:

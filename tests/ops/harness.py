@@ -19,8 +19,10 @@ from .te_eval import evaluate
 
 def build(op_name: str, inputs: list[np.ndarray], attrs: dict):
     """Placeholders for ``inputs`` and the op's output tensors."""
-    phs = [te.placeholder(a.shape, "bool" if a.dtype == np.bool_ else str(a.dtype), f"in{i}")
-           for i, a in enumerate(inputs)]
+    phs = [
+        te.placeholder(a.shape, "bool" if a.dtype == np.bool_ else str(a.dtype), f"in{i}")
+        for i, a in enumerate(inputs)
+    ]
     return phs, get_op(op_name).compute(phs, dict(attrs))
 
 

@@ -16,7 +16,7 @@ from packager.frontend.importer import import_onnx
 from packager.graph.ir import np_dtype
 from packager.ops.registry import get_op
 
-from .harness import run_op
+from .harness import run_op_numpy
 
 
 def one_node_model(op_type, inputs, attrs=None, consts=(), opset=17, n_out=1):
@@ -42,11 +42,11 @@ def one_node_model(op_type, inputs, attrs=None, consts=(), opset=17, n_out=1):
 
 
 def run_graph(graph, feeds: dict) -> list[np.ndarray]:
-    """Every node of an imported graph, in order, through the harness."""
+    """Every node of an imported graph, in order, through the te interpreter."""
     vals = {n: v.data for n, v in graph.values.items() if v.is_const}
     vals.update(feeds)
     for node in graph.nodes:
-        outs = run_op(node.op, [vals[i] for i in node.inputs], node.attrs)
+        outs = run_op_numpy(node.op, [vals[i] for i in node.inputs], node.attrs)
         vals.update((name, o) for name, o in zip(node.outputs, outs, strict=True) if name)
     return [vals[o] for o in graph.outputs]
 
@@ -100,7 +100,7 @@ class CKernels:
         vals.update(feeds)
         for node, name, out_types in self.plans[key]:
             outs = [np.empty(shape, dtype) for shape, dtype in out_types]
-            args = [np.ascontiguousarray(vals[i]) for i in node.inputs]
+            args = [_contiguous(vals[i]) for i in node.inputs]
             load_kernel(self.lib, name)(*args, *outs)
             vals.update((n, o) for n, o in zip(node.outputs, outs, strict=True) if n)
         return [vals[o] for o in graph.outputs]
@@ -131,3 +131,9 @@ def build_kernels(prepared: dict) -> CKernels | None:
     if not have_compiler():
         return None
     return CKernels({k: p[0] for k, p in prepared.items() if not isinstance(p, Exception)})
+
+
+def _contiguous(a) -> np.ndarray:
+    # Not np.ascontiguousarray: it turns a 0-d array into a 1-d one.
+    a = np.asarray(a)
+    return a if a.flags.c_contiguous else a.copy()

@@ -13,10 +13,21 @@ from packager import te
 from packager.graph.ir import np_dtype
 
 _BIN = {
-    "+": np.add, "-": np.subtract, "*": np.multiply, "min": np.minimum, "max": np.maximum,
-    "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
-    "==": np.equal, "!=": np.not_equal, "and": np.logical_and, "or": np.logical_or,
-    "floordiv": np.floor_divide, "floormod": np.mod,
+    "+": np.add,
+    "-": np.subtract,
+    "*": np.multiply,
+    "min": np.minimum,
+    "max": np.maximum,
+    "<": np.less,
+    "<=": np.less_equal,
+    ">": np.greater,
+    ">=": np.greater_equal,
+    "==": np.equal,
+    "!=": np.not_equal,
+    "and": np.logical_and,
+    "or": np.logical_or,
+    "floordiv": np.floor_divide,
+    "floormod": np.mod,
 }
 _CALL = {"fabs": np.abs, "round": np.rint, "isnan": np.isnan, "isinf": np.isinf}
 _RED = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
@@ -78,7 +89,7 @@ class _Eval:
             data = self.values[id(e.tensor)]
             if data.ndim == 0:
                 return data
-            idx = [np.clip(self(i), 0, n - 1) for i, n in zip(e.indices, data.shape)]
+            idx = [np.clip(self(i), 0, n - 1) for i, n in zip(e.indices, data.shape, strict=True)]
             return data[tuple(idx)]
         raise TypeError(f"cannot evaluate {type(e).__name__}")
 

@@ -138,6 +138,38 @@ CASES = [(op, [X], {}, 18, ()) for op in FLOAT_UNARY] + [
     ("And", [X > 0, Y > 0], {}, 17, ()),
     ("Or", [X > 0, Y > 0], {}, 17, ()),
     ("Xor", [X > 0, Y > 0], {}, 17, ()),
+    ("BitwiseAnd", [ints(3, 4, lo=-99, hi=99), ints(4, lo=-99, hi=99)], {}, 18, ()),
+    (
+        "BitwiseOr",
+        [
+            ints(5, lo=-(2**62), hi=2**62, dtype=np.int64),
+            ints(5, lo=-(2**62), hi=2**62, dtype=np.int64),
+        ],
+        {},
+        18,
+        (),
+    ),
+    (
+        "BitwiseXor",
+        [ints(5, lo=-128, hi=127, dtype=np.int8), ints(5, lo=-128, hi=127, dtype=np.int8)],
+        {},
+        18,
+        (),
+    ),
+    (
+        "BitwiseAnd",
+        [ints(5, lo=0, hi=2**63, dtype=np.uint64), ints(1, lo=0, hi=2**63, dtype=np.uint64)],
+        {},
+        18,
+        (),
+    ),
+    (
+        "BitwiseXor",
+        [ints(5, lo=0, hi=255, dtype=np.uint8), ints(5, lo=0, hi=255, dtype=np.uint8)],
+        {},
+        18,
+        (),
+    ),
     # Variadic ops: three-way broadcasting, one input, NaN propagation.
     ("Sum", [X, Y, f32(4)], {}, 17, ()),
     ("Max", [X, Y, f32(4)], {}, 17, ()),

@@ -107,6 +107,7 @@ CASES = [
     ("Trilu", [f32(3, 4)], {}, 17, (), 1),
     ("Trilu", [f32(2, 3, 4), i64(1)], {"upper": 0}, 17, (1,), 1),
     ("Trilu", [f32(3, 4), i64(-1)], {}, 17, (1,), 1),
+    ("Trilu", [f32(2, 3, 4), np.array(1, np.int64)], {"upper": 0}, 17, (), 1),
     ("EyeLike", [f32(3, 4)], {"k": 1}, 17, (), 1),
     ("EyeLike", [f32(3, 3)], {"dtype": TensorProto.INT32}, 17, (), 1),
     ("Identity", [np.arange(4, dtype=np.uint16)], {}, 17, (), 1),
@@ -165,7 +166,7 @@ def test_shape_ops_keep_dtype(dtype):
         ("Split", [X], {"axis": 1}, (), "equal parts"),
         ("Transpose", [X], {"perm": [0, 0, 1]}, (), "perm"),
         ("Concat", [X, X], {"axis": 3}, (), "axis 3"),
-        ("Trilu", [f32(3, 3), i64(1)], {}, (), "must be a constant"),
+        ("OneHot", [i64(1), i64(3), np.array([0, 1], np.int64)], {}, (), "must be a constant"),
     ],
 )
 def test_bad_shape_inputs_fail_clearly(op, inputs, attrs, consts, message):

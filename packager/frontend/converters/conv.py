@@ -51,11 +51,16 @@ def conv_transpose(ctx, node):
     if auto_pad.startswith("SAME"):
         target = out_shape or [x.shape[2 + i] * attrs["strides"][i] for i in range(nd)]
         for i in range(nd):
-            full = (attrs["strides"][i] * (x.shape[2 + i] - 1) + opad[i]
-                    + (kernel[i] - 1) * attrs["dilations"][i] + 1)
+            full = (
+                attrs["strides"][i] * (x.shape[2 + i] - 1)
+                + opad[i]
+                + (kernel[i] - 1) * attrs["dilations"][i]
+                + 1
+            )
             attrs["pads"][i], attrs["pads"][nd + i] = same_pads(full - target[i], auto_pad)
     if out_shape:
         # Without auto_pad the given pads stay; a longer output_shape extends the end.
         attrs["output_shape"] = [int(v) for v in out_shape]
-    return [ctx.node("conv_transpose", node, _inputs(node), groups=group,
-                     output_padding=opad, **attrs)]
+    return [
+        ctx.node("conv_transpose", node, _inputs(node), groups=group, output_padding=opad, **attrs)
+    ]

@@ -65,6 +65,9 @@ BINARY = {
     "And": ("logical_and", {}),
     "Or": ("logical_or", {}),
     "Xor": ("logical_xor", {}),
+    "BitwiseAnd": ("bitwise_and", {}),
+    "BitwiseOr": ("bitwise_or", {}),
+    "BitwiseXor": ("bitwise_xor", {}),
 }
 
 VARIADIC = {"Sum": "add", "Max": "maximum", "Min": "minimum", "Mean": "mean"}

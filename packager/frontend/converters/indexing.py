@@ -34,10 +34,14 @@ def one_hot(ctx, node):
 
 @converter("Trilu")
 def trilu(ctx, node):
+    """A constant k becomes an attr; a runtime k (it does not change the shape) an input."""
     check_attrs(ctx, node, {"upper"})
+    upper = int(ctx.attr(node, "upper", 1))
+    k = ctx.input_value(node, 1)
+    if k is not None and not k.is_const:
+        return [ctx.node("trilu", node, [node.input[0], node.input[1]], upper=upper)]
     k = scalar(ctx, node, 1, "k")
-    upper = ctx.attr(node, "upper", 1)
-    return [ctx.node("trilu", node, [node.input[0]], upper=int(upper), k=int(k or 0))]
+    return [ctx.node("trilu", node, [node.input[0]], upper=upper, k=int(k or 0))]
 
 
 @converter("EyeLike")

@@ -23,7 +23,14 @@ def gemm(ctx, node):
         if len(ctx.value(name).shape) != 2:
             ctx.fail(node, f"A and B must be 2-D, got {list(ctx.value(name).shape)}")
     inputs = [n for n in node.input[:3] if n]
-    return [ctx.node("gemm", node, inputs, alpha=float(ctx.attr(node, "alpha", 1.0)),
-                     beta=float(ctx.attr(node, "beta", 1.0)),
-                     trans_a=int(ctx.attr(node, "transA", 0)),
-                     trans_b=int(ctx.attr(node, "transB", 0)))]
+    return [
+        ctx.node(
+            "gemm",
+            node,
+            inputs,
+            alpha=float(ctx.attr(node, "alpha", 1.0)),
+            beta=float(ctx.attr(node, "beta", 1.0)),
+            trans_a=int(ctx.attr(node, "transA", 0)),
+            trans_b=int(ctx.attr(node, "transB", 0)),
+        )
+    ]

@@ -17,8 +17,10 @@ def _folded(ctx, node, eps: float):
     scale, bias, mean, var = (np.asarray(v.data, dtype=np.float64) for v in vals)
     a = scale / np.sqrt(var + eps)
     dtype = vals[0].data.dtype
-    return (ctx.add_const((a).astype(dtype), f"{node.input[1]}_folded"),
-            ctx.add_const((bias - mean * a).astype(dtype), f"{node.input[2]}_folded"))
+    return (
+        ctx.add_const((a).astype(dtype), f"{node.input[1]}_folded"),
+        ctx.add_const((bias - mean * a).astype(dtype), f"{node.input[2]}_folded"),
+    )
 
 
 @converter("BatchNormalization")
@@ -41,8 +43,14 @@ def batch_norm(ctx, node):
 @converter("InstanceNormalization")
 def instance_norm(ctx, node):
     check_attrs(ctx, node, {"epsilon"})
-    return [ctx.node("instance_norm", node, list(node.input[:3]),
-                     epsilon=float(ctx.attr(node, "epsilon", 1e-5)))]
+    return [
+        ctx.node(
+            "instance_norm",
+            node,
+            list(node.input[:3]),
+            epsilon=float(ctx.attr(node, "epsilon", 1e-5)),
+        )
+    ]
 
 
 @converter("LayerNormalization")
@@ -57,8 +65,17 @@ def layer_norm(ctx, node):
     stats = len(outs) > 1 and any(outs[1:])
     if stats:  # unused optional outputs still need names
         outs = [o or ctx.fresh(f"{outs[0]}_unused") for o in outs + [""] * (3 - len(outs))]
-    return [ctx.node("layer_norm", node, inputs, outputs=outs[: 3 if stats else 1], axis=axis,
-                     epsilon=float(ctx.attr(node, "epsilon", 1e-5)), with_stats=int(stats))]
+    return [
+        ctx.node(
+            "layer_norm",
+            node,
+            inputs,
+            outputs=outs[: 3 if stats else 1],
+            axis=axis,
+            epsilon=float(ctx.attr(node, "epsilon", 1e-5)),
+            with_stats=int(stats),
+        )
+    ]
 
 
 @converter("MeanVarianceNormalization")
@@ -86,7 +103,14 @@ def lrn(ctx, node):
     check_attrs(ctx, node, {"alpha", "beta", "bias", "size"})
     if len(ctx.value(node.input[0]).shape) < 3:
         ctx.fail(node, "input must have batch, channel and spatial dims")
-    return [ctx.node("lrn", node, [node.input[0]], size=int(ctx.attr(node, "size")),
-                     alpha=float(ctx.attr(node, "alpha", 1e-4)),
-                     beta=float(ctx.attr(node, "beta", 0.75)),
-                     bias=float(ctx.attr(node, "bias", 1.0)))]
+    return [
+        ctx.node(
+            "lrn",
+            node,
+            [node.input[0]],
+            size=int(ctx.attr(node, "size")),
+            alpha=float(ctx.attr(node, "alpha", 1e-4)),
+            beta=float(ctx.attr(node, "beta", 0.75)),
+            bias=float(ctx.attr(node, "bias", 1.0)),
+        )
+    ]

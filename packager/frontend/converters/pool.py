@@ -33,15 +33,29 @@ def max_pool(ctx, node):
 @converter("AveragePool")
 def avg_pool(ctx, node):
     check_attrs(ctx, node, _WINDOW | {"count_include_pad"})
-    return [ctx.node("avg_pool", node, [node.input[0]], **_pool_attrs(ctx, node),
-                     count_include_pad=int(ctx.attr(node, "count_include_pad", 0)))]
+    return [
+        ctx.node(
+            "avg_pool",
+            node,
+            [node.input[0]],
+            **_pool_attrs(ctx, node),
+            count_include_pad=int(ctx.attr(node, "count_include_pad", 0)),
+        )
+    ]
 
 
 @converter("LpPool")
 def lp_pool(ctx, node):
     check_attrs(ctx, node, _WINDOW | {"p"})
-    return [ctx.node("lp_pool", node, [node.input[0]], **_pool_attrs(ctx, node),
-                     p=float(ctx.attr(node, "p", 2)))]
+    return [
+        ctx.node(
+            "lp_pool",
+            node,
+            [node.input[0]],
+            **_pool_attrs(ctx, node),
+            p=float(ctx.attr(node, "p", 2)),
+        )
+    ]
 
 
 def _spatial_axes(ctx, node) -> list[int]:
@@ -63,5 +77,6 @@ def global_lp_pool(ctx, node):
     check_attrs(ctx, node, {"p"})
     x = ctx.value(node.input[0])
     kernel = [x.shape[a] for a in _spatial_axes(ctx, node)]
-    return [ctx.node("lp_pool", node, [node.input[0]], kernel=kernel,
-                     p=float(ctx.attr(node, "p", 2)))]
+    return [
+        ctx.node("lp_pool", node, [node.input[0]], kernel=kernel, p=float(ctx.attr(node, "p", 2)))
+    ]

@@ -33,15 +33,22 @@ def reduce(ctx, node):
         # No axes: all of them, unless noop_with_empty_axes asks for no reduction.
         axes = [] if ctx.attr(node, "noop_with_empty_axes", 0) else list(range(ndim))
     axes = sorted({axis_in(ctx, node, int(a), ndim) for a in axes})
-    return [ctx.node(op, node, [node.input[0]], axes=axes,
-                     keepdims=int(ctx.attr(node, "keepdims", 1)))]
+    return [
+        ctx.node(op, node, [node.input[0]], axes=axes, keepdims=int(ctx.attr(node, "keepdims", 1)))
+    ]
 
 
 @converter("ArgMax", "ArgMin")
 def arg_extreme(ctx, node):
     check_attrs(ctx, node, {"axis", "keepdims", "select_last_index"})
     ndim = len(ctx.value(node.input[0]).shape)
-    return [ctx.node(node.op_type.lower(), node, [node.input[0]],
-                     axis=axis_in(ctx, node, int(ctx.attr(node, "axis", 0)), ndim),
-                     keepdims=int(ctx.attr(node, "keepdims", 1)),
-                     select_last_index=int(ctx.attr(node, "select_last_index", 0)))]
+    return [
+        ctx.node(
+            node.op_type.lower(),
+            node,
+            [node.input[0]],
+            axis=axis_in(ctx, node, int(ctx.attr(node, "axis", 0)), ndim),
+            keepdims=int(ctx.attr(node, "keepdims", 1)),
+            select_last_index=int(ctx.attr(node, "select_last_index", 0)),
+        )
+    ]

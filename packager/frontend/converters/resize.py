@@ -11,12 +11,27 @@ from ._common import axis_in, check_attrs
 from .registry import converter
 
 _MODES = ("nearest", "linear", "cubic")
-_CTMS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
-         "asymmetric", "tf_half_pixel_for_nearest", "tf_crop_and_resize")
+_CTMS = (
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "tf_half_pixel_for_nearest",
+    "tf_crop_and_resize",
+)
 _NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
-_ATTRS = {"antialias", "axes", "coordinate_transformation_mode", "cubic_coeff_a",
-          "exclude_outside", "extrapolation_value", "keep_aspect_ratio_policy", "mode",
-          "nearest_mode"}
+_ATTRS = {
+    "antialias",
+    "axes",
+    "coordinate_transformation_mode",
+    "cubic_coeff_a",
+    "exclude_outside",
+    "extrapolation_value",
+    "keep_aspect_ratio_policy",
+    "mode",
+    "nearest_mode",
+}
 
 
 def _floats(ctx, node, i: int, what: str):
@@ -30,7 +45,7 @@ def _floats(ctx, node, i: int, what: str):
 def _spread(values, axes, ndim: int, fill):
     """Per-axis values as a full-rank list (dims outside ``axes`` get fill[d])."""
     out = list(fill)
-    for v, a in zip(values, axes):
+    for v, a in zip(values, axes, strict=True):
         out[a] = v
     return out
 
@@ -58,8 +73,9 @@ def _output_geometry(ctx, node, shape, axes):
     out = _spread([int(s) for s in sizes], axes, ndim, shape)
     full = [out[d] / shape[d] for d in range(ndim)]
     policy = ctx.attr(node, "keep_aspect_ratio_policy", "stretch")
-    _check_mode(ctx, node, "keep_aspect_ratio_policy", policy,
-                ("stretch", "not_larger", "not_smaller"))
+    _check_mode(
+        ctx, node, "keep_aspect_ratio_policy", policy, ("stretch", "not_larger", "not_smaller")
+    )
     if policy != "stretch":
         pick = min if policy == "not_larger" else max
         s = pick(full[a] for a in axes)
@@ -94,15 +110,17 @@ def resize(ctx, node):
         "sizes": sizes,
         "scales": scales,
         "mode": ctx.attr(node, "mode", "nearest"),
-        "coordinate_transformation_mode": ctx.attr(node, "coordinate_transformation_mode",
-                                                   "half_pixel"),
+        "coordinate_transformation_mode": ctx.attr(
+            node, "coordinate_transformation_mode", "half_pixel"
+        ),
         "nearest_mode": ctx.attr(node, "nearest_mode", "round_prefer_floor"),
         "cubic_coeff_a": float(ctx.attr(node, "cubic_coeff_a", -0.75)),
         "exclude_outside": int(ctx.attr(node, "exclude_outside", 0)),
     }
     _check_mode(ctx, node, "mode", attrs["mode"], _MODES)
-    _check_mode(ctx, node, "coordinate_transformation_mode",
-                attrs["coordinate_transformation_mode"], _CTMS)
+    _check_mode(
+        ctx, node, "coordinate_transformation_mode", attrs["coordinate_transformation_mode"], _CTMS
+    )
     _check_mode(ctx, node, "nearest_mode", attrs["nearest_mode"], _NEAREST)
     if attrs["coordinate_transformation_mode"] == "tf_crop_and_resize":
         attrs["roi"] = _roi(ctx, node, axes, ndim)
@@ -135,10 +153,16 @@ def _legacy(ctx, node, shape, scales):
     if mode == "nearest" and resized and min(resized) < 1 < max(resized):
         ctx.fail(node, "nearest mode mixing upsampled and downsampled dims is not supported")
     down = bool(resized) and max(resized) < 1
-    return ctx.node("resize", node, [node.input[0]], sizes=[int(s * n) for s, n in
-                                                            zip(scales, shape)],
-                    scales=scales, mode=mode, coordinate_transformation_mode="asymmetric",
-                    nearest_mode="ceil" if down else "floor")
+    return ctx.node(
+        "resize",
+        node,
+        [node.input[0]],
+        sizes=[int(s * n) for s, n in zip(scales, shape, strict=True)],
+        scales=scales,
+        mode=mode,
+        coordinate_transformation_mode="asymmetric",
+        nearest_mode="ceil" if down else "floor",
+    )
 
 
 @converter("Upsample")
