@@ -48,11 +48,21 @@ def _bit_shift(a, b, attrs):
     direction = attrs.get("direction", "LEFT")
     if direction not in ("LEFT", "RIGHT"):
         raise ValueError(f"bit_shift direction must be LEFT or RIGHT, not {direction!r}")
+    n, signed = bits(a.dtype), not is_unsigned(a.dtype)
+    unsigned = "u" + a.dtype if signed else a.dtype
     # Shifting by b is multiplying or dividing by 2**b (exact in double for b < 64);
-    # shifting out every bit gives 0.
-    scale = te.cast(a.dtype, te.call("pow", te.const(2.0, "float64"), te.cast("float64", b)))
-    shifted = a * scale if direction == "LEFT" else a / scale
-    return te.select(b < c(b, bits(a.dtype)), shifted, c(a, 0))
+    # left shifts multiply in the unsigned type, so that they wrap like two's complement.
+    power = te.call("pow", te.const(2.0, "float64"), te.cast("float64", b))
+    if direction == "LEFT":
+        shifted = te.cast(a.dtype, te.cast(unsigned, a) * te.cast(unsigned, power))
+        return te.select(te.all_of(b >= c(b, 0), b < c(b, n)), shifted, c(a, 0))
+    if not signed:
+        return te.select(b < c(b, n), a / te.cast(a.dtype, power), c(a, 0))
+    # Arithmetic right shift is floor division; by n - 1 bits or more (or a negative
+    # count) only the sign is left, and 2**(n-1) would not fit the type anyway.
+    sign = te.select(a < c(a, 0), c(a, -1), c(a, 0))
+    in_range = te.all_of(b >= c(b, 0), b < c(b, n - 1))
+    return te.select(in_range, te.binary("floordiv", a, te.cast(a.dtype, power)), sign)
 
 
 def _bitwise(combine):
@@ -95,7 +105,7 @@ BINARY: dict[str, tuple[str, Callable]] = {
     "div": ("numeric", _div),
     "pow": ("numeric", _pow),
     "mod": ("numeric", _mod),
-    "bit_shift": ("uint", _bit_shift),
+    "bit_shift": ("int", _bit_shift),
     "prelu": ("signed", _prelu),
     "equal": ("any", _pairwise(te.eq)),
     "less": ("numeric", _pairwise(lambda a, b: a < b)),
@@ -122,11 +132,7 @@ VARIADIC: dict[str, tuple[str, Callable]] = {
 
 
 def _check(name: str, kind: str, inputs: list[te.Tensor], same_dtype: bool = True) -> None:
-    if kind == "uint":
-        if not is_unsigned(inputs[0].dtype) or inputs[0].dtype == "bool":
-            raise ValueError(f"{name} takes unsigned integers, not {inputs[0].dtype}")
-    else:
-        require(kind, inputs[0].dtype, name)
+    require(kind, inputs[0].dtype, name)
     if same_dtype and len({t.dtype for t in inputs}) > 1:
         raise ValueError(f"{name}: inputs differ in dtype ({', '.join(t.dtype for t in inputs)})")
 

@@ -126,6 +126,47 @@ CASES = [(op, [X], {}, 18, ()) for op in FLOAT_UNARY] + [
         17,
         (),
     ),
+    (
+        "BitShift",
+        [
+            np.array([-8, -1, -128, 64, 1, -64, 5], np.int8),
+            np.array([1, 1, 7, 1, 7, 8, -1], np.int8),
+        ],
+        {"direction": "RIGHT"},
+        17,
+        (),
+    ),
+    (
+        "BitShift",
+        [
+            np.array([-8, -1, -128, 64, 1, -64, 5], np.int8),
+            np.array([1, 1, 7, 1, 7, 8, -1], np.int8),
+        ],
+        {"direction": "LEFT"},
+        17,
+        (),
+    ),
+    (
+        "BitShift",
+        [np.array([-8, 2**40, 3, -3], np.int64), np.array([1, 23, 63, 62], np.int64)],
+        {"direction": "LEFT"},
+        17,
+        (),
+    ),
+    (
+        "BitShift",
+        [np.array([-8, 2**40, 3, -3], np.int64), np.array([1, 23, 63, 62], np.int64)],
+        {"direction": "RIGHT"},
+        17,
+        (),
+    ),
+    (
+        "BitShift",
+        [np.array([7, 200], np.uint8), np.array([8, 9], np.uint8)],
+        {"direction": "RIGHT"},
+        17,
+        (),
+    ),
     ("PRelu", [X, f32(4)], {}, 17, ()),
     ("PRelu", [X, f32(3, 1)], {}, 17, (1,)),
     # Comparisons and logic.
