@@ -43,8 +43,9 @@ class NetBuilder:
         w = self.weight((cout, cin // group, k, k), "w")
         ins = [x, w] + ([self.weight((cout,), "b", 0.1)] if bias else [])
         pad = k // 2
-        return self.op("Conv", ins, kernel_shape=[k, k], strides=[stride, stride],
-                       pads=[pad] * 4, group=group)
+        return self.op(
+            "Conv", ins, kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4, group=group
+        )
 
     def bn(self, x: str, c: int) -> str:
         scale = self.param(1.0 + 0.1 * self.rng.standard_normal(c), "gamma")
@@ -68,19 +69,26 @@ class NetBuilder:
     def head(self, x: str, c: int, classes: int) -> str:
         y = self.op("GlobalAveragePool", [x])
         y = self.op("Flatten", [y], axis=1)
-        y = self.op("Gemm", [y, self.weight((classes, c), "fc"), self.weight((classes,), "fcb", 0.1)],
-                    transB=1)
+        y = self.op(
+            "Gemm",
+            [y, self.weight((classes, c), "fc"), self.weight((classes,), "fcb", 0.1)],
+            transB=1,
+        )
         return self.op("Softmax", [y], axis=1)
 
     def model(self, x: str, shape, y: str, name: str, classes: int) -> onnx.ModelProto:
         graph = helper.make_graph(
-            self.nodes, name,
+            self.nodes,
+            name,
             [helper.make_tensor_value_info(x, TensorProto.FLOAT, list(shape))],
             [helper.make_tensor_value_info(y, TensorProto.FLOAT, [shape[0], classes])],
             self.inits,
         )
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
-                                  producer_name="packager-examples")
+        model = helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", self.opset)],
+            producer_name="packager-examples",
+        )
         model.ir_version = 8
         onnx.checker.check_model(model)
         return model
@@ -101,8 +109,15 @@ def mobilenet_v2(seed: int = 0, width: float = 0.5, size: int = 96, classes: int
     """MobileNetV2-style: stem, inverted residual stages (t, c, n, s), 1x1 head conv."""
     b = NetBuilder(seed)
     ch = lambda c: max(8, int(c * width + 4) // 8 * 8)  # noqa: E731
-    stages = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 2, 2), (6, 96, 2, 1),
-              (6, 160, 2, 2), (6, 320, 1, 1)]
+    stages = [
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 2, 2),
+        (6, 96, 2, 1),
+        (6, 160, 2, 2),
+        (6, 320, 1, 1),
+    ]
     cin = ch(32)
     x = b.conv_bn("input", 3, cin, 3, stride=2, act="Relu6")
     for t, c, n, s in stages:
@@ -116,11 +131,19 @@ def mobilenet_v2(seed: int = 0, width: float = 0.5, size: int = 96, classes: int
             x = b.op("Add", [x, y]) if stride == 1 and cin == cout else y
             cin = cout
     x = b.conv_bn(x, cin, ch(1280), 1, act="Relu6")
-    return b.model("input", (1, 3, size, size), b.head(x, ch(1280), classes), "mobilenet_v2", classes)
+    return b.model(
+        "input", (1, 3, size, size), b.head(x, ch(1280), classes), "mobilenet_v2", classes
+    )
 
 
-def resnet(seed: int = 0, blocks=(2, 2, 2, 2), width: int = 64, size: int = 112,
-           classes: int = 100, groups: int = 1):
+def resnet(
+    seed: int = 0,
+    blocks=(2, 2, 2, 2),
+    width: int = 64,
+    size: int = 112,
+    classes: int = 100,
+    groups: int = 1,
+):
     """ResNet-style with basic blocks; blocks=(2, 2, 2, 2) and width 64 is ResNet-18.
     ``groups`` > 1 makes each block's second 3x3 conv a grouped one (ResNeXt-like)."""
     b = NetBuilder(seed)
@@ -133,7 +156,9 @@ def resnet(seed: int = 0, blocks=(2, 2, 2, 2), width: int = 64, size: int = 112,
             stride = 2 if (i == 0 and stage > 0) else 1
             y = b.conv_bn(x, cin, cout, 3, stride=stride)
             y = b.conv_bn(y, cout, cout, 3, group=groups, act=None)
-            short = x if (stride == 1 and cin == cout) else b.conv_bn(x, cin, cout, 1, stride, act=None)
+            short = (
+                x if (stride == 1 and cin == cout) else b.conv_bn(x, cin, cout, 1, stride, act=None)
+            )
             x = b.op("Relu", [b.op("Add", [y, short])])
             cin = cout
     return b.model("input", (1, 3, size, size), b.head(x, cin, classes), "resnet", classes)

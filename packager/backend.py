@@ -36,13 +36,15 @@ class PackagerRep(BackendRep):
             raise PackagerError(f"expected {len(self.inputs)} inputs, got {len(arrays)}")
         with tempfile.TemporaryDirectory() as d:
             cmd = [str(self.exe), str(self.bundle), "--output-dir", f"{d}/out"]
-            for k, (name, a) in enumerate(zip(self.inputs, arrays)):
+            for k, (name, a) in enumerate(zip(self.inputs, arrays, strict=True)):
                 path = f"{d}/in{k}.npy"
                 np.save(path, np.asarray(a, order="C"), allow_pickle=False)
                 cmd += ["--input", f"{name}={path}"]
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
             if r.returncode != 0:
-                raise RuntimeError(f"run_bundle failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+                raise RuntimeError(
+                    f"run_bundle failed ({r.returncode}): {r.stderr.strip()[-2000:]}"
+                )
             return tuple(np.load(f"{d}/out/{safe_name(n)}.npy") for n in self.outputs)
 
 

@@ -49,11 +49,16 @@ def graph_json(graph: Graph, funcs: list[str]) -> dict:
     for v in graph.consts():
         add({"op": "param", "name": v.name, "inputs": []}, [v.name])
     arg_nodes = list(range(len(nodes)))
-    for node, func in zip(graph.nodes, funcs):
+    for node, func in zip(graph.nodes, funcs, strict=True):
         ins = [list(entry_of[i]) for i in node.inputs]
         add(
-            {"op": "kernel", "name": node.name, "func": func, "inputs": ins,
-             "num_outputs": len(node.outputs)},
+            {
+                "op": "kernel",
+                "name": node.name,
+                "func": func,
+                "inputs": ins,
+                "num_outputs": len(node.outputs),
+            },
             node.outputs,
         )
     entries = [n for n in entry_of]  # value names in entry order
@@ -100,8 +105,12 @@ def _write_json(path: Path, doc) -> None:
 
 def _io_list(graph: Graph, names: list[str]) -> list[dict]:
     return [
-        {"name": n, "shape": list(graph.values[n].shape), "dtype": graph.values[n].dtype,
-         "file": safe_name(n) + ".npy"}
+        {
+            "name": n,
+            "shape": list(graph.values[n].shape),
+            "dtype": graph.values[n].dtype,
+            "file": safe_name(n) + ".npy",
+        }
         for n in names
     ]
 
@@ -121,7 +130,9 @@ def write_bundle_files(
     (root / "kernels" / "registry.c").write_text(registry_source(kernels))
     gj = graph_json(graph, funcs)
     _write_json(root / "graph.json", gj)
-    params = [(v.name, np.asarray(v.data, dtype=np_dtype(v.dtype), order="C")) for v in graph.consts()]
+    params = [
+        (v.name, np.asarray(v.data, dtype=np_dtype(v.dtype), order="C")) for v in graph.consts()
+    ]
     (root / "params.bin").write_bytes(write_params(params))
     runtime = root / "runtime"
     runtime.mkdir()
@@ -134,7 +145,7 @@ def write_bundle_files(
     shutil.copyfile(C_RUNTIME / "bundle" / "CMakeLists.txt", root / "CMakeLists.txt")
     if selftest is not None:
         (root / "selftest").mkdir()
-        for kind, arrays in zip(("input", "output"), selftest):
+        for kind, arrays in zip(("input", "output"), selftest, strict=True):
             for i, a in enumerate(arrays):
                 np.save(root / "selftest" / f"{kind}_{i}.npy", a, allow_pickle=False)
     manifest = dict(manifest)

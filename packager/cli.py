@@ -122,39 +122,62 @@ def make_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    b = sub.add_parser("build", help="package a model for a board",
-                       description="Package MODEL for BOARD into the bundle directory OUT. The "
-                       "bundle is written to a temporary directory and renamed to OUT at the "
-                       "end: on any error OUT is left untouched.")
+    b = sub.add_parser(
+        "build",
+        help="package a model for a board",
+        description="Package MODEL for BOARD into the bundle directory OUT. The "
+        "bundle is written to a temporary directory and renamed to OUT at the "
+        "end: on any error OUT is left untouched.",
+    )
     b.add_argument("model", metavar="MODEL.onnx")
-    b.add_argument("--board", required=True, help="profile name (see `packager boards`) or YAML path")
+    b.add_argument(
+        "--board", required=True, help="profile name (see `packager boards`) or YAML path"
+    )
     b.add_argument("-o", "--output", required=True, metavar="OUT", help="bundle directory")
-    b.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
-                   help="fix the shape of an input with dynamic dims (repeatable)")
+    b.add_argument(
+        "--input-shape",
+        action="append",
+        metavar="NAME=D0,D1,...",
+        help="fix the shape of an input with dynamic dims (repeatable)",
+    )
     b.set_defaults(fn=cmd_build)
 
-    r = sub.add_parser("run", help="build (if needed) and run a bundle on a board",
-                       description="Build the bundle with CMake if it is not built, run it on "
-                       "the board and write each output as DIR/<name>.npy (characters outside "
-                       "[A-Za-z0-9._-] in the name replaced by '_').")
+    r = sub.add_parser(
+        "run",
+        help="build (if needed) and run a bundle on a board",
+        description="Build the bundle with CMake if it is not built, run it on "
+        "the board and write each output as DIR/<name>.npy (characters outside "
+        "[A-Za-z0-9._-] in the name replaced by '_').",
+    )
     r.add_argument("bundle", metavar="OUT", help="bundle directory made by `packager build`")
     r.add_argument("--board", required=True)
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="repeatable")
     r.add_argument("--output-dir", required=True, metavar="DIR")
-    r.add_argument("--repeat", type=int, default=0, metavar="N",
-                   help="run N times after a warm-up; the last line printed is JSON with median_ms")
+    r.add_argument(
+        "--repeat",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N times after a warm-up; the last line printed is JSON with median_ms",
+    )
     r.set_defaults(fn=cmd_run)
 
-    i = sub.add_parser("inspect", help="show a model's ops, inputs and outputs",
-                       description="Op histogram with support status, inputs and outputs.")
+    i = sub.add_parser(
+        "inspect",
+        help="show a model's ops, inputs and outputs",
+        description="Op histogram with support status, inputs and outputs.",
+    )
     i.add_argument("model", metavar="MODEL.onnx")
     i.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...")
     i.add_argument("--json", action="store_true", help="print the report as JSON")
     i.set_defaults(fn=cmd_inspect)
 
-    bo = sub.add_parser("boards", help="list board profiles or check one",
-                        description="List the board profiles (name, arch, description), or "
-                        "validate a profile file with --check.")
+    bo = sub.add_parser(
+        "boards",
+        help="list board profiles or check one",
+        description="List the board profiles (name, arch, description), or "
+        "validate a profile file with --check.",
+    )
     bo.add_argument("--check", metavar="FILE.yaml", help="validate a board profile file")
     bo.set_defaults(fn=cmd_boards)
     return p
@@ -173,8 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug of ours: say so, keep the traceback at hand
         if os.environ.get("PACKAGER_DEBUG"):
             traceback.print_exc()
-        print(f"internal error: {type(e).__name__}: {e} (PACKAGER_DEBUG=1 shows the traceback)",
-              file=sys.stderr)
+        print(
+            f"internal error: {type(e).__name__}: {e} (PACKAGER_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
         return 1
 
 

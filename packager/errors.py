@@ -9,6 +9,4 @@ class UnsupportedOpsError(PackagerError):
     def __init__(self, missing: dict[str, str], model: str):
         self.missing = missing
         lines = [f"  {op} (first at node '{node}')" for op, node in sorted(missing.items())]
-        super().__init__(
-            f"{model}: {len(missing)} unsupported op type(s):\n" + "\n".join(lines)
-        )
+        super().__init__(f"{model}: {len(missing)} unsupported op type(s):\n" + "\n".join(lines))

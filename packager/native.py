@@ -34,7 +34,9 @@ def _headers_digest(include_dirs: list[Path]) -> bytes:
     return h.digest()
 
 
-def compile_object(src: Path, cc: str, flags: list[str], include_dirs: list[Path], salt: bytes) -> Path:
+def compile_object(
+    src: Path, cc: str, flags: list[str], include_dirs: list[Path], salt: bytes
+) -> Path:
     """The object file for ``src``, from the cache when its inputs are unchanged."""
     key = hashlib.sha256(salt + cc.encode() + " ".join(flags).encode() + src.read_bytes())
     obj = cache_dir() / f"{key.hexdigest()[:32]}.o"
@@ -64,8 +66,9 @@ def build_run_bundle(bundle: Path, cc: str = "cc", cflags=CFLAGS, jobs: int | No
     out = bundle / "build"
     out.mkdir(exist_ok=True)
     exe = out / "run_bundle"
-    r = subprocess.run([cc, *map(str, objs), "-o", str(exe), "-lm", "-lpthread"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [cc, *map(str, objs), "-o", str(exe), "-lm", "-lpthread"], capture_output=True, text=True
+    )
     if r.returncode != 0:
         raise PackagerError(f"{bundle}: link failed:\n{r.stderr[-3000:]}")
     return exe

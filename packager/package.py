@@ -21,7 +21,7 @@ def make_selftest(model, graph: Graph, seed: int = 0):
     """Random inputs and the reference's outputs for them."""
     rng = np.random.default_rng(seed)
     inputs = [random_input(graph.values[n].shape, graph.values[n].dtype, rng) for n in graph.inputs]
-    outputs = run_reference(model, dict(zip(graph.inputs, inputs)))
+    outputs = run_reference(model, dict(zip(graph.inputs, inputs, strict=True)))
     return inputs, outputs
 
 
@@ -38,8 +38,10 @@ def package(
     t0 = time.perf_counter()
     model = load_model(model_path)
     graph = import_onnx(model_path, input_shapes, model)
-    say(f"imported {len(model.graph.node)} ONNX nodes -> {len(graph.nodes)} ops "
-        f"({time.perf_counter() - t0:.1f}s)")
+    say(
+        f"imported {len(model.graph.node)} ONNX nodes -> {len(graph.nodes)} ops "
+        f"({time.perf_counter() - t0:.1f}s)"
+    )
     kernels, funcs = lower_graph(graph, progress=_progress(say, "lowering"))
     say(f"generated {len(kernels)} kernels ({time.perf_counter() - t0:.1f}s)")
     tests = make_selftest(model, graph) if selftest else None

@@ -55,8 +55,14 @@ def build(bundle: Path, board: Board, log=None) -> Path:
         log(f"building {bundle} with CMake")
     cc = board.toolchain.cc
     configure = [
-        cmake_bin(), "-S", str(bundle), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
-        f"-DCMAKE_C_COMPILER={cc}", f"-DPK_CFLAGS={' '.join(board.toolchain.cflags)}",
+        cmake_bin(),
+        "-S",
+        str(bundle),
+        "-B",
+        str(build_dir),
+        "-DCMAKE_BUILD_TYPE=Release",
+        f"-DCMAKE_C_COMPILER={cc}",
+        f"-DPK_CFLAGS={' '.join(board.toolchain.cflags)}",
     ]
     jobs = str(os.cpu_count() or 2)
     for cmd in (configure, [cmake_bin(), "--build", str(build_dir), "-j", jobs]):
@@ -94,7 +100,11 @@ def check_inputs(manifest: dict, inputs: dict[str, str]) -> None:
 
 
 def run_local(
-    bundle: Path, board: Board, inputs: dict[str, str], output_dir: str, repeat: int = 0,
+    bundle: Path,
+    board: Board,
+    inputs: dict[str, str],
+    output_dir: str,
+    repeat: int = 0,
     log=None,
 ) -> subprocess.CompletedProcess:
     """Run the bundle on this machine; outputs go to ``output_dir/<safe name>.npy``."""

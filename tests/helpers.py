@@ -16,7 +16,9 @@ from packager.native import build_run_bundle
 from packager.runner import run_local  # noqa: F401  (re-exported for tests)
 
 
-def run_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], shapes=None) -> list[np.ndarray]:
+def run_model(
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray], shapes=None
+) -> list[np.ndarray]:
     """Package ``model``, build it with the compiler directly, run it, return its outputs."""
     import subprocess
 

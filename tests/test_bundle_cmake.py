@@ -19,7 +19,10 @@ APP = r"""
 
 int main(int argc, char **argv) {
     pk_graph *g;
-    if (pk_graph_load_dir(argv[1], &g) != PK_OK) { fprintf(stderr, "%s\n", pk_last_error()); return 2; }
+    if (pk_graph_load_dir(argv[1], &g) != PK_OK) {
+        fprintf(stderr, "%s\n", pk_last_error());
+        return 2;
+    }
     pk_tensor_info in, out;
     pk_graph_input_info(g, 0, &in);
     pk_graph_output_info(g, 0, &out);
@@ -59,8 +62,9 @@ def test_application_links_bundle_with_add_subdirectory(tmp_path):
         assert r.returncode == 0, r.stdout + r.stderr
     x = np.load(app / "bundle" / "selftest" / "input_0.npy")
     (tmp_path / "x.bin").write_bytes(x.tobytes())
-    r = subprocess.run([build / "app", app / "bundle", tmp_path / "x.bin"], capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        [build / "app", app / "bundle", tmp_path / "x.bin"], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
     got = np.array([float(v) for v in r.stdout.split()], np.float32)
     want = np.load(app / "bundle" / "selftest" / "output_0.npy").ravel()

@@ -14,8 +14,11 @@ EXAMPLE = ROOT / "examples" / "tiny_cnn.onnx"
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes()
-            for p in sorted(root.rglob("*")) if p.is_file() and "build" not in p.parts}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "build" not in p.parts
+    }
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +31,24 @@ def bundle(tmp_path_factory):
 
 
 def test_bundle_layout(bundle):
-    for name in ["graph.json", "params.bin", "manifest.json", "CMakeLists.txt",
-                 "kernels/registry.c", "runtime/include/pk_runtime.h", "selftest/input_0.npy",
-                 "selftest/output_0.npy"]:
+    for name in [
+        "graph.json",
+        "params.bin",
+        "manifest.json",
+        "CMakeLists.txt",
+        "kernels/registry.c",
+        "runtime/include/pk_runtime.h",
+        "selftest/input_0.npy",
+        "selftest/output_0.npy",
+    ]:
         assert (bundle / name).is_file(), name
     manifest = json.loads((bundle / "manifest.json").read_text())
-    assert manifest["inputs"] == [{"name": "input", "shape": [1, 3, 32, 32], "dtype": "float32",
-                                   "file": "input.npy"}]
+    assert manifest["inputs"] == [
+        {"name": "input", "shape": [1, 3, 32, 32], "dtype": "float32", "file": "input.npy"}
+    ]
     assert manifest["board"]["name"] == "host"
     import hashlib
+
     for rel, digest in manifest["files"].items():
         assert hashlib.sha256((bundle / rel).read_bytes()).hexdigest() == digest, rel
 
@@ -48,9 +60,18 @@ def test_build_is_byte_identical(bundle, cli, tmp_path):
 
 
 def test_run_matches_selftest_and_reports_timing(bundle, cli, tmp_path):
-    code, out, err = cli("run", bundle, "--board", "host", "--input",
-                         f"input={bundle / 'selftest' / 'input_0.npy'}",
-                         "--output-dir", tmp_path / "res", "--repeat", "3")
+    code, out, err = cli(
+        "run",
+        bundle,
+        "--board",
+        "host",
+        "--input",
+        f"input={bundle / 'selftest' / 'input_0.npy'}",
+        "--output-dir",
+        tmp_path / "res",
+        "--repeat",
+        "3",
+    )
     assert code == 0, err
     timing = json.loads(out.strip().splitlines()[-1])
     assert timing["median_ms"] > 0
@@ -63,10 +84,19 @@ def test_run_matches_selftest_and_reports_timing(bundle, cli, tmp_path):
 def test_selftest_passes_on_the_built_bundle(bundle, cli, tmp_path):
     import subprocess
 
-    cli("run", bundle, "--board", "host", "--input",
-        f"input={bundle / 'selftest' / 'input_0.npy'}", "--output-dir", tmp_path)
-    r = subprocess.run([bundle / "build" / "run_bundle", bundle, "--selftest"],
-                       capture_output=True, text=True)
+    cli(
+        "run",
+        bundle,
+        "--board",
+        "host",
+        "--input",
+        f"input={bundle / 'selftest' / 'input_0.npy'}",
+        "--output-dir",
+        tmp_path,
+    )
+    r = subprocess.run(
+        [bundle / "build" / "run_bundle", bundle, "--selftest"], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "PASS" in r.stdout
 
@@ -79,8 +109,11 @@ def save(model, path):
 def one_node_model(op_type, domain="", dims=(1, 4), extra_nodes=()):
     nodes = [helper.make_node(op_type, ["x"], ["y"], name="first", domain=domain), *extra_nodes]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims))],
-        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, list(dims))])
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims))],
+        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, list(dims))],
+    )
     opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
     return helper.make_model(graph, opset_imports=opsets)
 
@@ -104,22 +137,35 @@ def test_corrupt_onnx(cli, tmp_path):
 
 
 def test_unsupported_ops_listed_together(cli, tmp_path):
-    extra = [helper.make_node("Unique", ["y"], ["z"], name="second"),
-             helper.make_node("Relu", ["z"], ["w"], name="third")]
+    extra = [
+        helper.make_node("Unique", ["y"], ["z"], name="second"),
+        helper.make_node("Relu", ["z"], ["w"], name="third"),
+    ]
     model = one_node_model("NonZero", extra_nodes=extra)
     path = save(model, tmp_path / "m.onnx")
-    assert_refused(cli, tmp_path, ["build", path, "--board", "host"],
-                   "2 unsupported op type(s)", "NonZero (first at node 'first')",
-                   "Unique (first at node 'second')")
+    assert_refused(
+        cli,
+        tmp_path,
+        ["build", path, "--board", "host"],
+        "2 unsupported op type(s)",
+        "NonZero (first at node 'first')",
+        "Unique (first at node 'second')",
+    )
 
 
 def test_dynamic_dim_needs_input_shape(cli, tmp_path):
     model = one_node_model("Relu", dims=("batch", 4))
     path = save(model, tmp_path / "m.onnx")
-    assert_refused(cli, tmp_path, ["build", path, "--board", "host"],
-                   "input 'x' has dynamic dims [batch, 4]", "--input-shape x=")
-    code, _, err = cli("build", path, "--board", "host", "-o", tmp_path / "ok",
-                       "--input-shape", "x=3,4")
+    assert_refused(
+        cli,
+        tmp_path,
+        ["build", path, "--board", "host"],
+        "input 'x' has dynamic dims [batch, 4]",
+        "--input-shape x=",
+    )
+    code, _, err = cli(
+        "build", path, "--board", "host", "-o", tmp_path / "ok", "--input-shape", "x=3,4"
+    )
     assert code == 0, err
     manifest = json.loads((tmp_path / "ok" / "manifest.json").read_text())
     assert manifest["inputs"][0]["shape"] == [3, 4]
@@ -127,10 +173,17 @@ def test_dynamic_dim_needs_input_shape(cli, tmp_path):
 
 def test_bad_board_field(cli, tmp_path):
     board = tmp_path / "myboard.yaml"
-    text = (ROOT / "board_profiles" / "host.yaml").read_text().replace("name: host", "name: myboard")
+    text = (
+        (ROOT / "board_profiles" / "host.yaml").read_text().replace("name: host", "name: myboard")
+    )
     board.write_text(text + "\nfrequency: 3\n")
-    assert_refused(cli, tmp_path, ["build", EXAMPLE, "--board", board], "myboard.yaml",
-                   "unknown key 'frequency'")
+    assert_refused(
+        cli,
+        tmp_path,
+        ["build", EXAMPLE, "--board", board],
+        "myboard.yaml",
+        "unknown key 'frequency'",
+    )
     code, _, err = cli("boards", "--check", board)
     assert code == 2 and "frequency" in err
 
@@ -143,8 +196,16 @@ def test_truncated_params_refused(bundle, cli, tmp_path):
     data = (copy / "params.bin").read_bytes()
     (copy / "params.bin").write_bytes(data[: len(data) // 2])
     res = tmp_path / "res"
-    code, _, err = cli("run", copy, "--board", "host", "--input",
-                       f"input={copy / 'selftest' / 'input_0.npy'}", "--output-dir", res)
+    code, _, err = cli(
+        "run",
+        copy,
+        "--board",
+        "host",
+        "--input",
+        f"input={copy / 'selftest' / 'input_0.npy'}",
+        "--output-dir",
+        res,
+    )
     assert code == 2, err
     assert "params.bin" in err
     assert not res.exists()
@@ -154,8 +215,9 @@ def test_wrong_input_shape_refused(bundle, cli, tmp_path):
     x = tmp_path / "x.npy"
     np.save(x, np.zeros((1, 3, 16, 16), np.float32))
     res = tmp_path / "res"
-    code, _, err = cli("run", bundle, "--board", "host", "--input", f"input={x}",
-                       "--output-dir", res)
+    code, _, err = cli(
+        "run", bundle, "--board", "host", "--input", f"input={x}", "--output-dir", res
+    )
     assert code == 2
     assert "expected float32[1, 3, 32, 32], got float32[1, 3, 16, 16]" in err
     assert not res.exists()
@@ -164,8 +226,11 @@ def test_wrong_input_shape_refused(bundle, cli, tmp_path):
 def test_inspect(cli, tmp_path):
     code, out, _ = cli("inspect", EXAMPLE)
     assert code == 0
-    assert "Conv" in out and "supported" in out and "input: float[1, 3, 32, 32]" in out.replace(
-        "float32", "float")
+    assert (
+        "Conv" in out
+        and "supported" in out
+        and "input: float[1, 3, 32, 32]" in out.replace("float32", "float")
+    )
     path = save(one_node_model("NonZero"), tmp_path / "m.onnx")
     code, out, _ = cli("inspect", path)
     assert code == 0 and "unsupported: NonZero" in out

@@ -26,9 +26,11 @@ def test_shape_subgraph_is_folded_into_a_constant_reshape():
         helper.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
         helper.make_node("Reshape", ["x", "shape"], ["y"]),
     ]
-    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
-             numpy_helper.from_array(np.array([0], np.int64), "axes"),
-             numpy_helper.from_array(np.array([-1], np.int64), "minus1")]
+    inits = [
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array([0], np.int64), "axes"),
+        numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
+    ]
     g = import_onnx("m", None, model=model(nodes, [vi("x", [2, 3, 4])], [vi("y", None)], inits))
     assert [n.op for n in g.nodes] == ["reshape"]
     assert g.values["y"].shape == (2, 12)
@@ -36,9 +38,15 @@ def test_shape_subgraph_is_folded_into_a_constant_reshape():
 
 
 def test_weight_generators_become_constants():
-    nodes = [helper.make_node("ConstantOfShape", ["wshape"], ["w"],
-                              value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.5])),
-             helper.make_node("Add", ["x", "w"], ["y"])]
+    nodes = [
+        helper.make_node(
+            "ConstantOfShape",
+            ["wshape"],
+            ["w"],
+            value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.5]),
+        ),
+        helper.make_node("Add", ["x", "w"], ["y"]),
+    ]
     inits = [numpy_helper.from_array(np.array([3], np.int64), "wshape")]
     g = import_onnx("m", None, model=model(nodes, [vi("x", [2, 3])], [vi("y", None)], inits))
     assert [n.op for n in g.nodes] == ["add"]
@@ -56,9 +64,11 @@ def test_input_shape_override_and_mismatch():
 
 
 def test_unsupported_ops_all_listed():
-    nodes = [helper.make_node("NonZero", ["x"], ["a"], name="nz"),
-             helper.make_node("Relu", ["x"], ["b"], name="r"),
-             helper.make_node("Foo", ["b"], ["c"], name="foo", domain="acme")]
+    nodes = [
+        helper.make_node("NonZero", ["x"], ["a"], name="nz"),
+        helper.make_node("Relu", ["x"], ["b"], name="r"),
+        helper.make_node("Foo", ["b"], ["c"], name="foo", domain="acme"),
+    ]
     m = model(nodes, [vi("x", [2])], [vi("a", None), vi("c", None)])
     m.opset_import.append(helper.make_opsetid("acme", 1))
     with pytest.raises(UnsupportedOpsError) as e:
@@ -77,5 +87,7 @@ def test_shape_error_names_the_node():
 def test_runtime_value_where_a_constant_is_needed():
     nodes = [helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")]
     m = model(nodes, [vi("x", [2, 3]), vi("s", [2], TensorProto.INT64)], [vi("y", None)])
-    with pytest.raises(PackagerError, match="node 'rs' \\(Reshape\\): input 1 .* must be a constant"):
+    with pytest.raises(
+        PackagerError, match="node 'rs' \\(Reshape\\): input 1 .* must be a constant"
+    ):
         import_onnx("m", None, model=m)

@@ -12,8 +12,17 @@ from onnx import numpy_helper
 from .helpers import ort_outputs, run_model
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
-ZOO = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
-       "squeezenet", "vgg19", "zfnet512"]
+ZOO = [
+    "bvlc_alexnet",
+    "densenet121",
+    "inception_v1",
+    "inception_v2",
+    "resnet50",
+    "shufflenet",
+    "squeezenet",
+    "vgg19",
+    "zfnet512",
+]
 SLOW = {"vgg19", "densenet121", "inception_v2", "resnet50", "zfnet512", "bvlc_alexnet"}
 
 
@@ -40,8 +49,10 @@ def test_light_zoo(name):
     "build",
     [
         pytest.param(lambda: networks.mobilenet_v2(seed=1), id="mobilenet_v2"),
-        pytest.param(lambda: networks.resnet(seed=2, blocks=(1, 1, 1, 1), width=16, size=64, groups=4),
-                     id="resnet"),
+        pytest.param(
+            lambda: networks.resnet(seed=2, blocks=(1, 1, 1, 1), width=16, size=64, groups=4),
+            id="resnet",
+        ),
         pytest.param(lambda: networks.tiny_cnn(seed=3), id="tiny_cnn"),
     ],
 )

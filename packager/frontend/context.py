@@ -34,8 +34,11 @@ class ConvertContext:
             return None
         v = self.values[node.input[i]]
         if v.data is None:
-            self.fail(node, f"input {i} ({what or node.input[i]}) must be a constant "
-                            "(computed from the model's weights or shapes), not a runtime tensor")
+            self.fail(
+                node,
+                f"input {i} ({what or node.input[i]}) must be a constant "
+                "(computed from the model's weights or shapes), not a runtime tensor",
+            )
         return v.data
 
     def attr(self, node: onnx.NodeProto, name: str, default=None):
@@ -69,8 +72,14 @@ class ConvertContext:
     def node(self, op: str, onnx_node: onnx.NodeProto, inputs, outputs=None, **attrs) -> Node:
         """A library node standing for ``onnx_node`` (outputs default to the ONNX node's)."""
         outs = list(onnx_node.output) if outputs is None else list(outputs)
-        return Node(op, onnx_node.name or outs[0], list(inputs), outs, attrs,
-                    source=onnx_node.name or onnx_node.op_type)
+        return Node(
+            op,
+            onnx_node.name or outs[0],
+            list(inputs),
+            outs,
+            attrs,
+            source=onnx_node.name or onnx_node.op_type,
+        )
 
     def fail(self, node: onnx.NodeProto, message: str):
         label = node.name or (node.output[0] if node.output else "?")

@@ -97,7 +97,9 @@ def graph_input_shapes(
     for vi in inputs:
         tt = vi.type.tensor_type
         dtype = dtype_of(tt.elem_type, f"{path}: input '{vi.name}'")
-        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+        dims = [
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim
+        ]
         if vi.name in overrides:
             shape = tuple(overrides[vi.name])
             fixed = [(k, d) for k, d in enumerate(dims) if isinstance(d, int)]
@@ -117,9 +119,7 @@ def graph_input_shapes(
     return out
 
 
-def import_onnx(
-    path: str, input_shapes: dict[str, list[int]] | None = None, model=None
-) -> Graph:
+def import_onnx(path: str, input_shapes: dict[str, list[int]] | None = None, model=None) -> Graph:
     """The Graph of the model at ``path`` (or of ``model`` if given) with fixed shapes."""
     model = model if model is not None else load_model(path)
     opset = model_opset(model)
@@ -157,7 +157,13 @@ def is_foldable(onode: onnx.NodeProto, values: dict[str, Value]) -> bool:
 
 
 # Random generators must stay random per run; nothing else is special.
-NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
+NEVER_FOLD = {
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Multinomial",
+}
 
 
 def check_supported(model: onnx.ModelProto, values: dict[str, Value], path: str) -> None:
@@ -197,7 +203,7 @@ def fold(onode: onnx.NodeProto, values: dict[str, Value], opset: int, path: str)
         raise PackagerError(
             f"{path}: node '{label}' ({onode.op_type}): cannot evaluate at package time: {e}"
         ) from e
-    for name, arr in zip(onode.output, outs):
+    for name, arr in zip(onode.output, outs, strict=False):
         if name:
             arr = np.asarray(arr)
             values[name] = Value(name, tuple(arr.shape), np_to_dtype(arr), arr)
@@ -222,14 +228,17 @@ def infer_node(node: Node, values: dict[str, Value], path: str) -> None:
             f"{path}: node '{node.source}': op {node.op} gives {len(outs)} outputs, "
             f"the node has {len(node.outputs)}"
         )
-    for name, t in zip(node.outputs, outs):
+    for name, t in zip(node.outputs, outs, strict=True):
         if name:
             values[name] = Value(name, tuple(t.shape), t.dtype)
 
 
 def node_compute(node: Node, values: dict[str, Value], path: str = "model") -> list[te.Tensor]:
     """The op's compute on placeholders shaped like the node's inputs."""
-    args = [te.placeholder(values[i].shape, values[i].dtype, f"in{k}") for k, i in enumerate(node.inputs)]
+    args = [
+        te.placeholder(values[i].shape, values[i].dtype, f"in{k}")
+        for k, i in enumerate(node.inputs)
+    ]
     try:
         return list(get_op(node.op).compute(args, node.attrs))
     except PackagerError:

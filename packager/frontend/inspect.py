@@ -12,8 +12,10 @@ from .importer import DEFAULT_DOMAINS, SHAPE_ONLY, graph_input_shapes, load_mode
 
 
 def _dims(vi: onnx.ValueInfoProto) -> list:
-    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-            for d in vi.type.tensor_type.shape.dim]
+    return [
+        d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+        for d in vi.type.tensor_type.shape.dim
+    ]
 
 
 def _elem(vi: onnx.ValueInfoProto) -> str:
@@ -42,11 +44,17 @@ def inspect_model(path: str, input_shapes: dict | None = None) -> dict:
         else:
             status[op] = "UNSUPPORTED"
     inputs = [
-        {"name": vi.name, "dtype": _elem(vi),
-         "shape": list(fixed[vi.name][0]) if vi.name in fixed else _dims(vi)}
-        for vi in model.graph.input if vi.name not in inits
+        {
+            "name": vi.name,
+            "dtype": _elem(vi),
+            "shape": list(fixed[vi.name][0]) if vi.name in fixed else _dims(vi),
+        }
+        for vi in model.graph.input
+        if vi.name not in inits
     ]
-    outputs = [{"name": vi.name, "dtype": _elem(vi), "shape": _dims(vi)} for vi in model.graph.output]
+    outputs = [
+        {"name": vi.name, "dtype": _elem(vi), "shape": _dims(vi)} for vi in model.graph.output
+    ]
     return {
         "opset": model_opset(model),
         "nodes": len(model.graph.node),

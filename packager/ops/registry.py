@@ -8,8 +8,8 @@ matmul), opaque.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .. import te
 

@@ -1,7 +1,7 @@
 """DepthToSpace and SpaceToDepth on NCHW tensors (pure index shuffles).
 
-attrs: blocksize; depth_to_space also mode ("DCR": depth-column-row, the default,
-or "CRD": column-row-depth).
+attrs: blocksize, mode ("DCR": depth-column-row, the default, or "CRD":
+column-row-depth; space_to_depth has it from opset 28).
 """
 
 from __future__ import annotations
@@ -28,12 +28,14 @@ def depth_to_space(inputs, attrs):
 
 @register_op("space_to_depth", "injective")
 def space_to_depth(inputs, attrs):
+    """The inverse of depth_to_space with the same mode."""
     (x,) = inputs
     b = int(attrs["blocksize"])
     n, c, h, w = x.shape
+    crd = attrs.get("mode", "DCR") == "CRD"
 
     def f(ni, ci, hi, wi):
-        block = ci // c
-        return x[ni, ci % c, hi * b + block // b, wi * b + block % b]
+        block, src = (ci % (b * b), ci // (b * b)) if crd else (ci // c, ci % c)
+        return x[ni, src, hi * b + block // b, wi * b + block % b]
 
     return [te.compute([n, c * b * b, h // b, w // b], f, name="space_to_depth", tag="injective")]

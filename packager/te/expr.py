@@ -10,9 +10,9 @@ dict keys, and structural equality is never implied by ``==`` (use ``eq``).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 INDEX = "int64"
 FLOAT_DTYPES = ("float32", "float64")
@@ -189,10 +189,12 @@ class IterVar:
 
 
 # An IterVar stands for its variable in arithmetic and indexing: ``A[i, k + 1]``.
-for _m in ("add radd sub rsub mul rmul truediv rtruediv floordiv rfloordiv mod rmod "
-           "neg lt le gt ge").split():
-    setattr(IterVar, f"__{_m}__",
-            (lambda m: lambda self, *o: getattr(self.var, f"__{m}__")(*o))(_m))
+for _m in (
+    "add radd sub rsub mul rmul truediv rtruediv floordiv rfloordiv mod rmod neg lt le gt ge"
+).split():
+    setattr(
+        IterVar, f"__{_m}__", (lambda m: lambda self, *o: getattr(self.var, f"__{m}__")(*o))(_m)
+    )
 
 
 @dataclass(eq=False, frozen=True)
@@ -265,7 +267,9 @@ class Tensor:
         if not isinstance(idx, tuple):
             idx = (idx,)
         if len(idx) != len(self.shape):
-            raise IndexError(f"tensor {self.name} has {len(self.shape)} dims, indexed with {len(idx)}")
+            raise IndexError(
+                f"tensor {self.name} has {len(self.shape)} dims, indexed with {len(idx)}"
+            )
         return Load(self, tuple(as_expr(i, INDEX) for i in idx))
 
     __hash__ = object.__hash__
@@ -486,15 +490,23 @@ def _rebuild(n: Expr, go) -> Expr:
         return n if a is n.a else Cast(a, n.dtype)
     if isinstance(n, Call):
         args = tuple(go(x) for x in n.args)
-        return n if all(x is y for x, y in zip(args, n.args)) else Call(n.func, args, n.dtype)
+        return (
+            n
+            if all(x is y for x, y in zip(args, n.args, strict=True))
+            else Call(n.func, args, n.dtype)
+        )
     if isinstance(n, Select):
         c, t, f = go(n.cond), go(n.t), go(n.f)
         return n if (c is n.cond and t is n.t and f is n.f) else Select(c, t, f, n.dtype)
     if isinstance(n, Load):
         idx = tuple(go(x) for x in n.indices)
-        return n if all(x is y for x, y in zip(idx, n.indices)) else Load(n.tensor, idx)
+        return (
+            n if all(x is y for x, y in zip(idx, n.indices, strict=True)) else Load(n.tensor, idx)
+        )
     if isinstance(n, Reduce):
         body = go(n.body)
         where = go(n.where) if n.where is not None else None
-        return n if (body is n.body and where is n.where) else Reduce(n.combiner, body, n.axes, where)
+        return (
+            n if (body is n.body and where is n.where) else Reduce(n.combiner, body, n.axes, where)
+        )
     return n

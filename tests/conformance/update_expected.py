@@ -1,7 +1,8 @@
 """Rewrite node_expected_failures.txt from a full run: python -m tests.conformance.update_expected
 
-Prints the counts per status. Cases giving a wrong answer are listed too (so the suite
-stays green while they are fixed) but printed loudly: each one is a bug to fix.
+Prints the counts per status. Every failing case is listed with its status, but the suite
+accepts only 'rejected' ones: a case that gives a wrong answer or an error is printed here
+and keeps failing the suite until it is fixed.
 """
 
 import sys
@@ -13,10 +14,12 @@ from .node_suite import EXPECTED, NAMES, run_case
 
 def main() -> int:
     with ProcessPoolExecutor() as pool:
-        results = dict(zip(NAMES, pool.map(run_case, NAMES, chunksize=8)))
+        results = dict(zip(NAMES, pool.map(run_case, NAMES, chunksize=8), strict=True))
     counts = Counter(s for s, _ in results.values())
-    lines = ["# ONNX node cases expected to fail, with the reason (status: detail).",
-             "# Regenerate: python -m tests.conformance.update_expected"]
+    lines = [
+        "# ONNX node cases expected to fail, with the reason (status: detail).",
+        "# Regenerate: python -m tests.conformance.update_expected",
+    ]
     for name, (status, detail) in sorted(results.items()):
         if status != "pass":
             lines.append(f"{name} {status}: {detail}")

@@ -110,16 +110,24 @@ def _run_compute(op: te.ComputeOp, values: dict) -> np.ndarray:
         return np.broadcast_to(ev(body), extents).astype(dt)
     v = np.broadcast_to(ev(body.body), extents).astype(dt)
     axes = tuple(range(len(op.axis), len(ivs)))
+    ident = _identity(body.combiner, body.dtype)
     if body.where is not None:
         mask = np.broadcast_to(ev(body.where), extents)
-        ident = {"sum": 0, "prod": 1}.get(body.combiner)
-        if ident is None:
-            info = np.finfo(dt) if te.is_float(body.dtype) else np.iinfo(dt)
-            ident = info.min if body.combiner == "max" else info.max
-            if te.is_float(body.dtype):
-                ident = -np.inf if body.combiner == "max" else np.inf
-        v = np.where(mask, v, np.array(ident, dtype=dt))
-    return _RED[body.combiner](v, axis=axes).astype(dt)
+        v = np.where(mask, v, ident)
+    return _RED[body.combiner](v, axis=axes, initial=ident).astype(dt)
+
+
+def _identity(combiner: str, dtype: str):
+    """The value of an empty reduction."""
+    dt = np_dtype(dtype)
+    if combiner in ("sum", "prod"):
+        return np.array(0 if combiner == "sum" else 1, dtype=dt)
+    if dtype == "bool":
+        return np.array(combiner == "min")
+    if te.is_float(dtype):
+        return np.array(-np.inf if combiner == "max" else np.inf, dtype=dt)
+    info = np.iinfo(dt)
+    return np.array(info.min if combiner == "max" else info.max, dtype=dt)
 
 
 def evaluate(outputs: list[te.Tensor], feeds: dict) -> list[np.ndarray]:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from packager.codegen.build import have_compiler
 from packager.errors import PackagerError
 from packager.frontend.importer import import_onnx
 
-from .onnx_check import build_kernels, one_node_model, prepare_all, run_graph
+from .onnx_check import CKernels, build_kernels, one_node_model, prepare_all, run_graph
 
 R = np.random.default_rng(1)
 
@@ -208,6 +209,7 @@ XD = f32(2, 8, 3, 2)
 add("DepthToSpace", [XD], {"blocksize": 2})
 add("DepthToSpace", [XD], {"blocksize": 2, "mode": "CRD"})
 add("SpaceToDepth", [f32(2, 3, 4, 6)], {"blocksize": 2})
+add("SpaceToDepth", [f32(2, 3, 4, 6)], {"blocksize": 2, "mode": "CRD"}, opset=28)
 
 # --- Pad ----------------------------------------------------------------------------
 XPAD = f32(2, 3, 4)
@@ -294,6 +296,14 @@ resize({"mode": "linear"}, scales=UP, opset=13)
 add("Upsample", [XZ, np.array([1, 1, 2, 3], np.float32)], {"mode": "nearest"}, opset=9, consts=(1,))
 
 
+def run_model(model, feeds) -> list[np.ndarray]:
+    """A model through the generated C kernels (the te interpreter without a compiler)."""
+    graph = import_onnx("test.onnx", model=model)
+    if not have_compiler():
+        return run_graph(graph, feeds)
+    return CKernels({"m": graph}).run("m", graph, feeds)
+
+
 def assert_close(got, want):
     for w, g in zip(want, got, strict=True):
         assert g.shape == w.shape and g.dtype == w.dtype, (g.dtype, g.shape, w.dtype, w.shape)
@@ -351,7 +361,7 @@ def test_against_onnxruntime(key):
     model = one_node_model(op, inputs, attrs, consts, opset, n_out)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     feeds = {f"x{k}": a for k, a in enumerate(inputs) if a is not None and k not in consts}
-    got = run_graph(import_onnx("test.onnx", model=model), feeds)
+    got = run_model(model, feeds)
     assert_close(got, sess.run(None, feeds))
 
 
@@ -359,7 +369,7 @@ def test_lrn_even_size():
     # ONNX Runtime takes odd sizes only; the spec's window is [c - 1, c + 2] for size 4.
     x = f32(2, 6, 3, 3)
     model = one_node_model("LRN", [x], {"size": 4, "alpha": 0.01, "beta": 0.5, "bias": 2.0})
-    (got,) = run_graph(import_onnx("test.onnx", model=model), {"x0": x})
+    (got,) = run_model(model, {"x0": x})
     sq = np.pad(x * x, [(0, 0), (1, 2), (0, 0), (0, 0)])
     total = sum(sq[:, k : k + 6] for k in range(4))
     assert_close([got], [x / (2.0 + 0.01 / 4 * total) ** 0.5])
@@ -375,7 +385,7 @@ def test_resize_tf_half_pixel_for_nearest():
         consts=(1, 2),
         opset=11,
     )
-    (got,) = run_graph(import_onnx("test.onnx", model=model), {"x0": XZ})
+    (got,) = run_model(model, {"x0": XZ})
     idx = []
     for n_in, s in zip(XZ.shape[2:], scales[2:], strict=True):
         x = (np.arange(int(n_in * s)) + 0.5) / float(s)

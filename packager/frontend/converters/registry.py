@@ -8,7 +8,7 @@ converter: the frontend folds them first.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 CONVERTERS: dict[str, Callable] = {}
 
