@@ -91,3 +91,10 @@ def test_runtime_value_where_a_constant_is_needed():
         PackagerError, match="node 'rs' \\(Reshape\\): input 1 .* must be a constant"
     ):
         import_onnx("m", None, model=m)
+
+
+def test_value_shaped_op_with_runtime_input_is_explained():
+    nodes = [helper.make_node("ConstantOfShape", ["s"], ["y"], name="cos")]
+    m = model(nodes, [vi("s", [2], TensorProto.INT64)], [vi("y", None)])
+    with pytest.raises(UnsupportedOpsError, match="ConstantOfShape with runtime inputs"):
+        import_onnx("m", None, model=m)

@@ -31,7 +31,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from packager.te.expr import INDEX, Binary, Call, Cast, Const, Expr, Select, Unary, Var
+from packager.te.expr import (
+    INDEX,
+    Binary,
+    Call,
+    Cast,
+    Const,
+    Expr,
+    Select,
+    Unary,
+    Var,
+    children,
+    substitute,
+)
 from packager.te.ir import (
     Allocate,
     Barrier,
@@ -45,7 +57,7 @@ from packager.te.ir import (
     Store,
     walk_stmts,
 )
-from packager.te.simplify import Simplifier, kids, substitute_vars
+from packager.te.simplify import Simplifier
 
 STACK_LIMIT_BYTES = 8192  # larger buffers go to the heap (thread stacks may be small)
 MAX_VECTOR_BYTES = 64
@@ -484,7 +496,7 @@ class _Printer:
             elif isinstance(e, BufferLoad):
                 got = _uses(e.index, self.vec[0])
             else:
-                got = any(self.is_vec(k) for k in kids(e))
+                got = any(self.is_vec(k) for k in children(e))
             self.varying[id(e)] = got
         return got
 
@@ -530,7 +542,7 @@ class _Printer:
         if isinstance(e, BufferLoad):
             buf = self.r.name(e.buffer)
             if self.is_vec(e):
-                base = self(self.r.simp(substitute_vars(e.index, {self.vec[0]: Const(0, INDEX)})))
+                base = self(self.r.simp(substitute(e.index, {self.vec[0]: Const(0, INDEX)})))
                 t = self.r.temp(self.type_of(e), None)
                 self.r.emit(f"__builtin_memcpy(&{t}, &{buf}[{base}], sizeof {t});")
                 return t
@@ -617,7 +629,7 @@ def _uses(e: Expr, var: Var) -> bool:
             return True
         if id(n) not in seen:
             seen.add(id(n))
-            stack.extend(kids(n))
+            stack.extend(children(n))
     return False
 
 
@@ -638,12 +650,12 @@ def _shared_nodes(roots: list[Expr]) -> list[Expr]:
             continue
         nodes[id(n)] = n
         stack.append((n, True))
-        stack.extend((k, False) for k in reversed(kids(n)))
+        stack.extend((k, False) for k in reversed(children(n)))
     uncond = _unconditional(roots)
     return [
         n
         for n in order
-        if refs[id(n)] > 1 and id(n) in uncond and kids(n) and not isinstance(n, (Const, Var))
+        if refs[id(n)] > 1 and id(n) in uncond and children(n) and not isinstance(n, (Const, Var))
     ]
 
 
@@ -660,7 +672,7 @@ def _unconditional(roots: list[Expr]) -> set[int]:
         elif isinstance(n, Binary) and n.op in ("and", "or"):
             stack.append(n.a)
         else:
-            stack.extend(kids(n))
+            stack.extend(children(n))
     return out
 
 
@@ -686,7 +698,7 @@ def _all_nodes(s: Stmt):
             continue
         seen.add(id(n))
         yield n
-        stack.extend(kids(n))
+        stack.extend(children(n))
 
 
 def _captures(s: For) -> tuple[list[Var], list[Buffer]]:
@@ -747,12 +759,12 @@ def _vector_plan(s: For, simp: Simplifier):
             return None
         if not _stride_one(st.index, s.var, simp) or not _vector_expr(st.value, s, simp):
             return None
-        plan.append((st, simp(substitute_vars(st.index, {s.var: Const(0, INDEX)}))))
+        plan.append((st, simp(substitute(st.index, {s.var: Const(0, INDEX)}))))
     return lanes, plan
 
 
 def _stride_one(index: Expr, var: Var, simp: Simplifier) -> bool:
-    nxt = substitute_vars(index, {var: Binary("+", var, Const(1, INDEX), INDEX)})
+    nxt = substitute(index, {var: Binary("+", var, Const(1, INDEX), INDEX)})
     d = simp(Binary("-", nxt, index, INDEX))
     return isinstance(d, Const) and d.value == 1
 

@@ -40,6 +40,8 @@ ONNX_DTYPES = {
 
 # Ops that read only their input's shape: always foldable, shapes being static.
 SHAPE_ONLY = {"Shape", "Size"}
+# Ops whose output shape is their input's value: supported when the inputs are constants.
+VALUE_SHAPED = {"ConstantOfShape", "Range", "Constant"}
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
@@ -179,6 +181,8 @@ def check_supported(model: onnx.ModelProto, values: dict[str, Value], path: str)
             const.update(o for o in node.output if o)
             continue
         label = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+        if label in VALUE_SHAPED:
+            label += " with runtime inputs (its output shape must be known at package time)"
         if node.domain not in DEFAULT_DOMAINS or get_converter(node.op_type) is None:
             missing.setdefault(label, node.name or (node.output[0] if node.output else "?"))
     if missing:

@@ -11,8 +11,8 @@ to the whole dimension, which is always correct.
 
 from __future__ import annotations
 
-from .expr import INDEX, Binary, Const, Expr, Load, Select, Tensor, Var
-from .simplify import Simplifier, kids
+from .expr import INDEX, Binary, Const, Expr, Load, Select, Tensor, Var, children
+from .simplify import Simplifier
 
 Interval = tuple  # (lo Expr, hi Expr), inclusive
 
@@ -33,7 +33,7 @@ class _Eval:
             n = stack.pop()
             if isinstance(n, Var) and n in self.ranging:
                 return False
-            stack.extend(kids(n))
+            stack.extend(children(n))
         return True
 
     def __call__(self, e: Expr) -> Interval | None:
@@ -98,7 +98,7 @@ def index_intervals(exprs, tensor: Tensor, ranging: dict, simp: Simplifier) -> l
                 iv = None if iv is None else (simp(iv[0]), simp(iv[1]))
                 dims[d] = iv if not found[d] else _union(dims[d], iv, simp)
                 found[d] = True
-        stack.extend(kids(n))
+        stack.extend(children(n))
     return dims
 
 

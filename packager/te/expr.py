@@ -419,9 +419,12 @@ def call(func: str, *args, dtype: str | None = None) -> Call:
 
 
 # --- traversal --------------------------------------------------------------
+# Node types defined elsewhere (the loop IR's BufferLoad) take part by defining
+# ``children()`` and ``with_children(new)`` methods.
 
 
 def children(e: Expr) -> tuple[Expr, ...]:
+    """The direct sub-expressions of ``e``."""
     if isinstance(e, Binary):
         return (e.a, e.b)
     if isinstance(e, (Unary, Cast)):
@@ -434,7 +437,32 @@ def children(e: Expr) -> tuple[Expr, ...]:
         return e.indices
     if isinstance(e, Reduce):
         return (e.body,) if e.where is None else (e.body, e.where)
-    return ()
+    own = getattr(e, "children", None)
+    return own() if own else ()
+
+
+def with_children(e: Expr, new: tuple[Expr, ...]) -> Expr:
+    """``e`` with its children replaced (``e`` itself when nothing changed)."""
+    if all(a is b for a, b in zip(new, children(e), strict=True)):
+        return e
+    if isinstance(e, Binary):
+        return Binary(e.op, new[0], new[1], e.dtype)
+    if isinstance(e, Unary):
+        return Unary(e.op, new[0], e.dtype)
+    if isinstance(e, Cast):
+        return Cast(new[0], e.dtype)
+    if isinstance(e, Call):
+        return Call(e.func, tuple(new), e.dtype)
+    if isinstance(e, Select):
+        return Select(new[0], new[1], new[2], e.dtype)
+    if isinstance(e, Load):
+        return Load(e.tensor, tuple(new))
+    if isinstance(e, Reduce):
+        return Reduce(e.combiner, new[0], e.axes, new[1] if len(new) > 1 else None)
+    own = getattr(e, "with_children", None)
+    if own is None:
+        raise TypeError(f"{type(e).__name__} has children but no with_children")
+    return own(new)
 
 
 def walk(e: Expr):
@@ -455,58 +483,32 @@ def input_tensors(e: Expr) -> list[Tensor]:
     return list(seen.values())
 
 
+def rewrite(e: Expr, fn: Callable[[Expr], Expr], memo: dict | None = None) -> Expr:
+    """Bottom-up rewrite: ``fn(node with its children rewritten)`` returns the node's
+    replacement. Iterative and memoized by identity, so shared subtrees stay shared and
+    deep trees do not hit the recursion limit."""
+    memo = {} if memo is None else memo
+
+    def done(n):
+        got = memo.get(id(n))
+        return got is not None and got[0] is n  # the entry keeps n alive: ids stay unique
+
+    stack = [(e, False)]
+    while stack:
+        n, ready = stack.pop()
+        if done(n):
+            continue
+        ks = children(n)
+        if ready or not ks:
+            memo[id(n)] = (n, fn(with_children(n, tuple(memo[id(k)][1] for k in ks))))
+            continue
+        stack.append((n, True))
+        stack.extend((k, False) for k in ks if not done(k))
+    return memo[id(e)][1]
+
+
 def substitute(e: Expr, mapping: dict) -> Expr:
-    """Replace Vars (keys: Var objects) by expressions; rebuilds only what changes."""
-    return rewrite(e, lambda n: mapping.get(n) if isinstance(n, Var) else None)
-
-
-def rewrite(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
-    """Bottom-up rewrite: ``fn(node)`` returns a replacement or None to keep the node
-    (with its rewritten children)."""
-    memo: dict[int, Expr] = {}
-
-    def go(n: Expr) -> Expr:
-        key = id(n)
-        if key in memo:
-            return memo[key]
-        r = fn(n)
-        if r is None:
-            r = _rebuild(n, go)
-        memo[key] = r
-        return r
-
-    return go(e)
-
-
-def _rebuild(n: Expr, go) -> Expr:
-    if isinstance(n, Binary):
-        a, b = go(n.a), go(n.b)
-        return n if (a is n.a and b is n.b) else Binary(n.op, a, b, n.dtype)
-    if isinstance(n, Unary):
-        a = go(n.a)
-        return n if a is n.a else Unary(n.op, a, n.dtype)
-    if isinstance(n, Cast):
-        a = go(n.a)
-        return n if a is n.a else Cast(a, n.dtype)
-    if isinstance(n, Call):
-        args = tuple(go(x) for x in n.args)
-        return (
-            n
-            if all(x is y for x, y in zip(args, n.args, strict=True))
-            else Call(n.func, args, n.dtype)
-        )
-    if isinstance(n, Select):
-        c, t, f = go(n.cond), go(n.t), go(n.f)
-        return n if (c is n.cond and t is n.t and f is n.f) else Select(c, t, f, n.dtype)
-    if isinstance(n, Load):
-        idx = tuple(go(x) for x in n.indices)
-        return (
-            n if all(x is y for x, y in zip(idx, n.indices, strict=True)) else Load(n.tensor, idx)
-        )
-    if isinstance(n, Reduce):
-        body = go(n.body)
-        where = go(n.where) if n.where is not None else None
-        return (
-            n if (body is n.body and where is n.where) else Reduce(n.combiner, body, n.axes, where)
-        )
-    return n
+    """Replace Vars (keys: Var objects) by expressions."""
+    if not mapping:
+        return e
+    return rewrite(e, lambda n: mapping.get(n, n) if isinstance(n, Var) else n)

@@ -47,6 +47,12 @@ class BufferLoad(Expr):
     def dtype(self) -> str:  # type: ignore[override]
         return self.buffer.dtype
 
+    def children(self) -> tuple[Expr, ...]:
+        return (self.index,)
+
+    def with_children(self, new: tuple[Expr, ...]) -> BufferLoad:
+        return BufferLoad(self.buffer, new[0])
+
 
 class Stmt:
     __hash__ = object.__hash__

@@ -26,8 +26,11 @@ from .expr import (
     PlaceholderOp,
     Tensor,
     Var,
+    children,
     const,
     input_tensors,
+    rewrite,
+    substitute,
 )
 from .ir import (
     Allocate,
@@ -42,7 +45,7 @@ from .ir import (
     seq,
 )
 from .schedule import Fuse, Schedule, Split, Stage
-from .simplify import INT_RANGE, Simplifier, kids, rewrite_all, substitute_vars
+from .simplify import INT_RANGE, Simplifier
 
 _COMBINE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
 
@@ -139,7 +142,7 @@ class _Lowering:
         """The stage's body with every inlined producer substituted."""
         got = self.inlined.get(id(st))
         if got is None:
-            got = self.inlined[id(st)] = rewrite_all(st.op.body, self._inline_load)
+            got = self.inlined[id(st)] = rewrite(st.op.body, self._inline_load)
         return got
 
     def _inline_load(self, n: Expr) -> Expr:
@@ -153,7 +156,7 @@ class _Lowering:
         got = self.inline_memo.get(key)
         if got is None:
             mapping = {iv.var: i for iv, i in zip(st.op.axis, idx, strict=False)}
-            got = self.simp(substitute_vars(self.body_of(st), mapping))
+            got = self.simp(substitute(self.body_of(st), mapping))
             self.inline_memo[key] = got
         return got
 
@@ -163,7 +166,7 @@ class _Lowering:
         nest = _Nest(st, region)
         for iv in st.leaf_iter_vars:
             self.ranges[iv.var] = (0, nest.ext[iv] - 1)
-        body = substitute_vars(self.body_of(st), nest.var_map)
+        body = substitute(self.body_of(st), nest.var_map)
         reduce = getattr(body, "combiner", None)
         value = body.body if reduce else body
         allocs = self._attach_producers(
@@ -256,7 +259,7 @@ class _Lowering:
             idx = [i - o for i, o in zip(n.indices, origin, strict=False)]
             return BufferLoad(buf, flat_index(idx, buf.shape))
 
-        return rewrite_all(e, conv)
+        return rewrite(e, conv)
 
     # --- the whole function ---
 
@@ -301,7 +304,7 @@ def _vars(e: Expr) -> list[Var]:
         seen.add(id(n))
         if isinstance(n, Var):
             out.append(n)
-        stack.extend(kids(n))
+        stack.extend(children(n))
     return out
 
 

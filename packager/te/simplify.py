@@ -18,19 +18,18 @@ import numpy as np
 from .expr import (
     INDEX,
     Binary,
-    Call,
     Cast,
     Const,
     Expr,
-    Load,
     Reduce,
     Select,
     Unary,
     Var,
+    children,
     const,
     is_float,
+    rewrite,
 )
-from .ir import BufferLoad
 
 Bound = tuple  # (lo | None, hi | None), inclusive
 
@@ -45,78 +44,6 @@ INT_RANGE = {
     "uint64": (0, 2**64 - 1),
     "bool": (0, 1),
 }
-
-
-def kids(e: Expr) -> tuple[Expr, ...]:
-    """Children of any expression node, BufferLoad included."""
-    if isinstance(e, Binary):
-        return (e.a, e.b)
-    if isinstance(e, (Unary, Cast)):
-        return (e.a,)
-    if isinstance(e, Call):
-        return e.args
-    if isinstance(e, Select):
-        return (e.cond, e.t, e.f)
-    if isinstance(e, Load):
-        return e.indices
-    if isinstance(e, BufferLoad):
-        return (e.index,)
-    if isinstance(e, Reduce):
-        return (e.body,) if e.where is None else (e.body, e.where)
-    return ()
-
-
-def with_kids(e: Expr, new: tuple[Expr, ...]) -> Expr:
-    """``e`` with its children replaced (``e`` itself when nothing changed)."""
-    if all(a is b for a, b in zip(new, kids(e), strict=False)):
-        return e
-    if isinstance(e, Binary):
-        return Binary(e.op, new[0], new[1], e.dtype)
-    if isinstance(e, Unary):
-        return Unary(e.op, new[0], e.dtype)
-    if isinstance(e, Cast):
-        return Cast(new[0], e.dtype)
-    if isinstance(e, Call):
-        return Call(e.func, tuple(new), e.dtype)
-    if isinstance(e, Select):
-        return Select(new[0], new[1], new[2], e.dtype)
-    if isinstance(e, Load):
-        return Load(e.tensor, tuple(new))
-    if isinstance(e, BufferLoad):
-        return BufferLoad(e.buffer, new[0])
-    if isinstance(e, Reduce):
-        return Reduce(e.combiner, new[0], e.axes, new[1] if len(new) > 1 else None)
-    raise TypeError(type(e).__name__)
-
-
-def rewrite_all(e: Expr, fn, memo: dict | None = None) -> Expr:
-    """Bottom-up rewrite over every node type (memoized by identity, so DAGs stay
-    DAGs): ``fn(node_with_new_children)`` returns the replacement."""
-    memo = {} if memo is None else memo
-
-    def done(n):
-        got = memo.get(id(n))
-        return got is not None and got[0] is n  # the entry keeps n alive: ids stay unique
-
-    stack = [(e, False)]
-    while stack:
-        n, ready = stack.pop()
-        if done(n):
-            continue
-        ks = kids(n)
-        if ready or not ks:
-            memo[id(n)] = (n, fn(with_kids(n, tuple(memo[id(k)][1] for k in ks))))
-            continue
-        stack.append((n, True))
-        stack.extend((k, False) for k in ks if not done(k))
-    return memo[id(e)][1]
-
-
-def substitute_vars(e: Expr, mapping: dict) -> Expr:
-    """Replace Vars by expressions (any node type, BufferLoad included)."""
-    if not mapping:
-        return e
-    return rewrite_all(e, lambda n: mapping.get(n, n) if isinstance(n, Var) else n)
 
 
 # --- bounds -----------------------------------------------------------------
@@ -233,7 +160,7 @@ class Simplifier:
         self.lin: dict[int, Linear] = {}
 
     def __call__(self, e: Expr) -> Expr:
-        return rewrite_all(e, self._node, self.memo)
+        return rewrite(e, self._node, self.memo)
 
     # hash-consing: one object per structure
     def intern(self, e: Expr) -> Expr:
@@ -244,7 +171,7 @@ class Simplifier:
         else:
             tag = getattr(e, "op", None) or getattr(e, "func", None) or ""
             ref = getattr(e, "tensor", None) or getattr(e, "buffer", None)
-            key = (type(e).__name__, tag, e.dtype, id(ref), tuple(id(k) for k in kids(e)))
+            key = (type(e).__name__, tag, e.dtype, id(ref), tuple(id(k) for k in children(e)))
             if isinstance(e, Reduce):
                 key += (e.combiner, tuple(id(a) for a in e.axes))
         got = self.interned.get(key)
