@@ -13,10 +13,9 @@ from onnx.backend.base import Backend, BackendRep
 
 from .bundle import write_bundle_files
 from .errors import PackagerError
-from .frontend.importer import import_onnx
-from .lowering import lower_graph
 from .names import safe_name
 from .native import build_run_bundle
+from .package import compile_model
 
 
 class PackagerRep(BackendRep):
@@ -50,16 +49,17 @@ class PackagerRep(BackendRep):
 
 class PackagerBackend(Backend):
     @classmethod
-    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs) -> PackagerRep:
+    def prepare(
+        cls, model: onnx.ModelProto, device: str = "CPU", input_shapes=None, **kwargs
+    ) -> PackagerRep:
         super().prepare(model, device, **kwargs)
-        graph = import_onnx("model", None, model=model)
-        kernels, funcs = lower_graph(graph)
+        compiled = compile_model(model, input_shapes=input_shapes)
         tmp = tempfile.TemporaryDirectory(prefix="packager-backend-")
         bundle = Path(tmp.name) / "bundle"
         bundle.mkdir()
-        write_bundle_files(bundle, graph, kernels, funcs, {}, None)
+        write_bundle_files(bundle, compiled, {}, None)
         exe = build_run_bundle(bundle)
-        return PackagerRep(tmp, exe, graph.inputs, graph.outputs)
+        return PackagerRep(tmp, exe, compiled.graph.inputs, compiled.graph.outputs)
 
     @classmethod
     def supports_device(cls, device: str) -> bool:

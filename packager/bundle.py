@@ -20,7 +20,7 @@ import numpy as np
 
 from . import __version__
 from .graph.ir import Graph, np_dtype
-from .graph.memory import plan_memory
+from .graph.memory import MemoryPlan
 from .lowering import Kernel
 from .names import safe_name
 from .params_file import write_params
@@ -30,7 +30,7 @@ C_RUNTIME = ROOT / "c_runtime"
 RUNTIME_PARTS = ("include", "src", "tools", "CMakeLists.txt")
 
 
-def graph_json(graph: Graph, funcs: list[str]) -> dict:
+def graph_json(graph: Graph, funcs: list[str], plan: MemoryPlan) -> dict:
     """The graph.json document: nodes in execution order, entries, storage plan."""
     nodes, row_ptr, entry_of = [], [0], {}
     shapes, dtypes = [], []
@@ -61,9 +61,7 @@ def graph_json(graph: Graph, funcs: list[str]) -> dict:
             },
             node.outputs,
         )
-    entries = [n for n in entry_of]  # value names in entry order
-    entries.sort(key=lambda n: row_ptr[entry_of[n][0]] + entry_of[n][1])
-    storage, storage_id, arena_bytes = plan_memory(graph, entries, graph.nodes)
+    entries = sorted(entry_of, key=lambda n: row_ptr[entry_of[n][0]] + entry_of[n][1])
     return {
         "format": "packager-graph",
         "version": 1,
@@ -72,9 +70,13 @@ def graph_json(graph: Graph, funcs: list[str]) -> dict:
         "node_row_ptr": row_ptr,
         "heads": [list(entry_of[o]) for o in graph.outputs],
         "outputs": list(graph.outputs),
-        "attrs": {"shape": shapes, "dtype": dtypes, "storage_id": storage_id},
-        "storage": storage,
-        "arena_bytes": arena_bytes,
+        "attrs": {
+            "shape": shapes,
+            "dtype": dtypes,
+            "storage_id": [plan.storage_of[n] for n in entries],
+        },
+        "storage": plan.storage,
+        "arena_bytes": plan.arena_bytes,
     }
 
 
@@ -117,18 +119,18 @@ def _io_list(graph: Graph, names: list[str]) -> list[dict]:
 
 def write_bundle_files(
     root: Path,
-    graph: Graph,
-    kernels: list[Kernel],
-    funcs: list[str],
+    compiled,
     manifest: dict,
     selftest: tuple[list[np.ndarray], list[np.ndarray]] | None,
 ) -> None:
-    """Write every file of the bundle under ``root`` (an empty directory)."""
+    """Write every file of ``compiled`` (a package.Compiled) under ``root``, an empty
+    directory."""
+    graph, kernels = compiled.graph, compiled.kernels
     (root / "kernels").mkdir()
     for k in kernels:
         (root / "kernels" / f"{k.func}.c").write_text(k.source)
     (root / "kernels" / "registry.c").write_text(registry_source(kernels))
-    gj = graph_json(graph, funcs)
+    gj = graph_json(graph, compiled.funcs, compiled.plan)
     _write_json(root / "graph.json", gj)
     params = [
         (v.name, np.asarray(v.data, dtype=np_dtype(v.dtype), order="C")) for v in graph.consts()

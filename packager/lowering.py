@@ -15,6 +15,7 @@ from . import te
 from .codegen.c import codegen_c
 from .errors import PackagerError
 from .graph.ir import Graph, Node
+from .graph.memory import MemoryPlan
 from .ops.registry import get_op
 from .te.schedule import default_schedule
 
@@ -39,9 +40,9 @@ def _canon(x):
     return x
 
 
-def kernel_key(node: Node, graph: Graph) -> str:
+def kernel_key(node: Node, graph: Graph, inplace=()) -> str:
     ins = [(graph.values[i].shape, graph.values[i].dtype) for i in node.inputs]
-    return json.dumps([node.op, _canon(node.attrs), ins, len(node.outputs)])
+    return json.dumps([node.op, _canon(node.attrs), ins, len(node.outputs), list(inplace)])
 
 
 def lower_node(node: Node, graph: Graph, func: str, target: str = "cpu") -> Kernel:
@@ -61,12 +62,15 @@ def lower_node(node: Node, graph: Graph, func: str, target: str = "cpu") -> Kern
     return Kernel(func, codegen_c(prim), node.op)
 
 
-def lower_graph(graph: Graph, target: str = "cpu", progress=None) -> tuple[list[Kernel], list[str]]:
+def lower_graph(
+    graph: Graph, plan: MemoryPlan | None = None, target: str = "cpu", progress=None
+) -> tuple[list[Kernel], list[str]]:
     """Kernels (unique) and, per node, the name of the function it calls."""
     by_key: dict[str, Kernel] = {}
     funcs: list[str] = []
+    inplace = plan.inplace if plan else {}
     for k, node in enumerate(graph.nodes):
-        key = kernel_key(node, graph)
+        key = kernel_key(node, graph, inplace.get(k, ()))
         if key not in by_key:
             by_key[key] = lower_node(node, graph, f"k_{len(by_key)}_{_ident(node.op)}", target)
         funcs.append(by_key[key].func)

@@ -1,20 +1,52 @@
-"""Packaging a model for a board: import, optimize, lower, write the bundle."""
+"""Packaging a model for a board: import, optimize, plan memory, lower, write the bundle."""
 
 from __future__ import annotations
 
 import hashlib
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from . import __version__
 from .boards import Board
 from .bundle import write_bundle, write_bundle_files
 from .frontend.importer import import_onnx, load_model
 from .graph.ir import Graph
-from .lowering import lower_graph
+from .graph.memory import MemoryPlan, plan_memory
+from .graph.pipeline import PassContext, optimize
+from .lowering import Kernel, lower_graph
 from .reference import random_input, run_reference
+
+
+@dataclass
+class Compiled:
+    """Everything a bundle is written from."""
+
+    graph: Graph
+    plan: MemoryPlan
+    kernels: list[Kernel]
+    funcs: list[str]  # per node, the kernel it calls
+
+
+def compile_model(
+    model: onnx.ModelProto,
+    board: Board | None = None,
+    input_shapes: dict[str, list[int]] | None = None,
+    path: str = "model",
+    log=None,
+) -> Compiled:
+    say = log or (lambda msg: None)
+    t0 = time.perf_counter()
+    graph = import_onnx(path, input_shapes, model)
+    say(f"imported {len(model.graph.node)} ONNX nodes -> {len(graph.nodes)} ops")
+    graph = optimize(graph, PassContext(board))
+    plan = plan_memory(graph)
+    kernels, funcs = lower_graph(graph, plan, progress=_progress(say, "lowering"))
+    say(f"generated {len(kernels)} kernels ({time.perf_counter() - t0:.1f}s)")
+    return Compiled(graph, plan, kernels, funcs)
 
 
 def make_selftest(model, graph: Graph, seed: int = 0):
@@ -37,14 +69,8 @@ def package(
     say = log or (lambda msg: None)
     t0 = time.perf_counter()
     model = load_model(model_path)
-    graph = import_onnx(model_path, input_shapes, model)
-    say(
-        f"imported {len(model.graph.node)} ONNX nodes -> {len(graph.nodes)} ops "
-        f"({time.perf_counter() - t0:.1f}s)"
-    )
-    kernels, funcs = lower_graph(graph, progress=_progress(say, "lowering"))
-    say(f"generated {len(kernels)} kernels ({time.perf_counter() - t0:.1f}s)")
-    tests = make_selftest(model, graph) if selftest else None
+    compiled = compile_model(model, board, input_shapes, model_path, say)
+    tests = make_selftest(model, compiled.graph) if selftest else None
     manifest = {
         "format": "packager-bundle",
         "version": 1,
@@ -53,9 +79,7 @@ def package(
         "board": {"name": board.name, "arch": board.arch, "cpu": board.cpu},
         "input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
     }
-    out = write_bundle(
-        out_dir, lambda tmp: write_bundle_files(tmp, graph, kernels, funcs, manifest, tests)
-    )
+    out = write_bundle(out_dir, lambda tmp: write_bundle_files(tmp, compiled, manifest, tests))
     say(f"wrote {out} ({time.perf_counter() - t0:.1f}s)")
     return out
 

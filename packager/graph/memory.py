@@ -1,4 +1,4 @@
-"""The static memory plan: where each entry of the graph lives at run time.
+"""The static memory plan: where each value of the graph lives at run time.
 
 Model inputs, weights and outputs get storage of their own; every other tensor lives in
 one arena at a fixed offset. This plan gives each intermediate its own slot; sharing
@@ -7,7 +7,9 @@ slots between tensors whose lifetimes do not overlap is a graph pass of its own.
 
 from __future__ import annotations
 
-from .ir import Graph, Node
+from dataclasses import dataclass, field
+
+from .ir import Graph
 
 ALIGN = 64
 
@@ -16,23 +18,38 @@ def align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-def plan_memory(graph: Graph, entries: list[str], nodes: list[Node]):
-    """(storage list, storage id per entry, arena bytes) for entries in entry order."""
+@dataclass
+class MemoryPlan:
+    """storage: graph.json's storage list; storage_of: value name -> storage id;
+    inplace: node index -> [(output position, input position)] pairs that share storage
+    (the kernel for such a node must not assume those buffers are distinct)."""
+
+    storage: list[dict]
+    storage_of: dict[str, int]
+    arena_bytes: int
+    inplace: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+
+
+def plan_memory(graph: Graph) -> MemoryPlan:
     storage: list[dict] = []
-    ids: list[int] = []
-    outputs = set(graph.outputs)
-    inputs = set(graph.inputs)
+    storage_of: dict[str, int] = {}
     arena = 0
-    for name in entries:
-        v = graph.values[name]
-        if name in inputs:
-            storage.append({"kind": "input", "bytes": v.nbytes})
-        elif v.is_const:
-            storage.append({"kind": "param", "bytes": v.nbytes, "param": name})
-        elif name in outputs:
-            storage.append({"kind": "output", "bytes": v.nbytes})
-        else:
-            storage.append({"kind": "arena", "bytes": v.nbytes, "offset": arena})
-            arena += align(v.nbytes)
-        ids.append(len(storage) - 1)
-    return storage, ids, arena
+
+    def add(name: str, entry: dict) -> None:
+        storage_of[name] = len(storage)
+        storage.append(entry)
+
+    for name in graph.inputs:
+        add(name, {"kind": "input", "bytes": graph.values[name].nbytes})
+    for v in graph.consts():
+        add(v.name, {"kind": "param", "bytes": v.nbytes, "param": v.name})
+    outputs = set(graph.outputs)
+    for node in graph.nodes:
+        for name in node.outputs:
+            nbytes = graph.values[name].nbytes
+            if name in outputs:
+                add(name, {"kind": "output", "bytes": nbytes})
+            else:
+                add(name, {"kind": "arena", "bytes": nbytes, "offset": arena})
+                arena += align(nbytes)
+    return MemoryPlan(storage, storage_of, arena)
