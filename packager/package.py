@@ -37,12 +37,13 @@ def compile_model(
     input_shapes: dict[str, list[int]] | None = None,
     path: str = "model",
     log=None,
+    disabled_passes: set[str] | None = None,
 ) -> Compiled:
     say = log or (lambda msg: None)
     t0 = time.perf_counter()
     graph = import_onnx(path, input_shapes, model)
     say(f"imported {len(model.graph.node)} ONNX nodes -> {len(graph.nodes)} ops")
-    graph = optimize(graph, PassContext(board))
+    graph = optimize(graph, PassContext(board, set(disabled_passes or ())))
     plan = plan_memory(graph)
     kernels, funcs = lower_graph(graph, plan, progress=_progress(say, "lowering"))
     say(f"generated {len(kernels)} kernels ({time.perf_counter() - t0:.1f}s)")
