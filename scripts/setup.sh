@@ -22,7 +22,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
-  .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e ".[test]"
+  echo "setup: installing Python dependencies into .venv (log: .venv/install.log)"
+  if ! { .venv/bin/pip install --upgrade pip && .venv/bin/pip install -e ".[test]"; } \
+      > .venv/install.log 2>&1; then
+    tail -n 40 .venv/install.log >&2
+    exit 1
+  fi
   touch "$stamp"
 fi

@@ -1,0 +1,148 @@
+"""Bundle latency against ONNX Runtime on the same model, input and thread count.
+
+For each model: package it for the host board, build run_bundle, then alternate rounds
+of `run_bundle --repeat N` and N timed ORT runs (same input, intra_op_num_threads set),
+so both see the same machine noise. Prints each median and the ratio bundle/ORT.
+
+    python bench/compare_ort.py                    # all models, 1 and 2 threads
+    python bench/compare_ort.py --models resnet18 --threads 1 --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+
+import networks  # noqa: E402
+
+from packager.boards import load_board  # noqa: E402
+from packager.bundle import write_bundle_files  # noqa: E402
+from packager.native import build_run_bundle  # noqa: E402
+from packager.package import compile_model  # noqa: E402
+
+LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+
+def light(name: str):
+    return lambda: onnx.load(LIGHT / f"light_{name}.onnx")
+
+
+MODELS = {
+    "squeezenet": light("squeezenet"),
+    "resnet50": light("resnet50"),
+    "inception_v1": light("inception_v1"),
+    "mobilenet_v2": lambda: networks.mobilenet_v2(width=1.0, size=224, classes=1000),
+    "resnet18": lambda: networks.resnet(blocks=(2, 2, 2, 2), width=64, size=224, classes=1000),
+}
+
+
+def input_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    inits = {t.name for t in model.graph.initializer}
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name not in inits:
+            shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+            feeds[vi.name] = rng.uniform(0, 1, shape).astype(np.float32)
+    return feeds
+
+
+def build_bundle(model: onnx.ModelProto, workdir: Path) -> tuple[Path, Path]:
+    compiled = compile_model(model, load_board("host"))
+    bundle = workdir / "bundle"
+    bundle.mkdir()
+    write_bundle_files(bundle, compiled, {}, None)
+    board = load_board("host")
+    exe = build_run_bundle(bundle, cflags=["-O2", "-std=c99", *board.toolchain.cflags])
+    return bundle, exe
+
+
+def time_bundle(exe: Path, bundle: Path, inputs: dict[str, str], repeat: int, threads: int):
+    cmd = [str(exe), str(bundle), "--repeat", str(repeat)]
+    for name, path in inputs.items():
+        cmd += ["--input", f"{name}={path}"]
+    env = dict(os.environ, PACKAGER_NUM_THREADS=str(threads))
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])["median_ms"]
+
+
+def ort_session(model: onnx.ModelProto, threads: int):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    model.ir_version = min(model.ir_version, 10)
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def time_ort(sess, feeds, repeat: int) -> float:
+    sess.run(None, feeds)  # warm-up, as run_bundle does
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        sess.run(None, feeds)
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def compare(name: str, threads_list, rounds: int, repeat: int) -> list[dict]:
+    model = MODELS[name]()
+    feeds = input_feeds(model)
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        bundle, exe = build_bundle(model, Path(d))
+        paths = {}
+        for k, (n, a) in enumerate(feeds.items()):
+            paths[n] = f"{d}/in{k}.npy"
+            np.save(paths[n], a)
+        for threads in threads_list:
+            sess = ort_session(model, threads)
+            ours, theirs = [], []
+            for _ in range(rounds):  # interleaved: both see the same noise
+                ours.append(time_bundle(exe, bundle, paths, repeat, threads))
+                theirs.append(time_ort(sess, feeds, repeat))
+            b, o = statistics.median(ours), statistics.median(theirs)
+            rows.append(
+                {"model": name, "threads": threads, "bundle_ms": b, "ort_ms": o, "ratio": b / o}
+            )
+            print(
+                f"{name:<14} {threads:>2}  bundle {b:9.2f} ms  ort {o:9.2f} ms  "
+                f"bundle/ort {b / o:6.2f}",
+                flush=True,
+            )
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per model")
+    p.add_argument("--repeat", type=int, default=10, help="timed runs per round")
+    p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    args = p.parse_args(argv)
+    rows = []
+    for name in args.models:
+        rows += compare(name, args.threads, args.rounds, args.repeat)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
