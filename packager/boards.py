@@ -34,6 +34,8 @@ DOC_END = "<!-- end of board schema -->"
 class Toolchain:
     cc: str
     cflags: tuple[str, ...]
+    sysroot: str | None = None
+    build_on_device: bool = False
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,12 @@ class Connection:
     known_hosts: str | None
     workdir: str
     exec_wrapper: str | None
+    trust_on_first_use: bool = False
+
+    @property
+    def label(self) -> str:
+        """How a device is named in messages: ``user@host:port``."""
+        return f"{self.user + '@' if self.user else ''}{self.host}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,7 @@ class Board:
     cores: int
     vector_bits: int
     toolchain: Toolchain
+    big_cores: tuple[int, ...] = ()
     # ``connections`` holds every way to reach the board (a pool); ``connection`` is its
     # first entry, for code that needs just one. Both empty for the local machine.
     connection: Connection | None = None
@@ -115,11 +124,26 @@ CONNECTION_FIELDS: tuple[Field, ...] = (
         "str",
         "Command prefix for everything run on the board, e.g. `taskset -c 4-7`.",
     ),
+    Field(
+        "trust_on_first_use",
+        "bool",
+        "Accept and record an unknown host key on first contact (a changed key is always "
+        "refused).",
+        default=False,
+    ),
 )
 
 TOOLCHAIN_FIELDS: tuple[Field, ...] = (
     Field("cc", "str", "C compiler command, e.g. `cc` or `aarch64-linux-gnu-gcc`.", required=True),
     Field("cflags", "list[str]", "Flags passed to every compile.", default=()),
+    Field("sysroot", "str", "Target root file system for cross-compiling (`CMAKE_SYSROOT`)."),
+    Field(
+        "build_on_device",
+        "bool",
+        "Build the bundle on the board with its own `cc` and `cmake` instead of "
+        "cross-compiling on the host.",
+        default=False,
+    ),
 )
 
 SCHEMA: tuple[Field, ...] = (
@@ -148,6 +172,12 @@ SCHEMA: tuple[Field, ...] = (
         required=True,
         fields=TOOLCHAIN_FIELDS,
         make=Toolchain,
+    ),
+    Field(
+        "big_cores",
+        "list[int]",
+        "CPU ids of the fast cores of a big.LITTLE board, for pinning (`taskset -c`).",
+        default=(),
     ),
     Field(
         "connection",

@@ -49,18 +49,18 @@ def graph_json(graph: Graph, funcs: list[str], plan: MemoryPlan) -> dict:
     for v in graph.consts():
         add({"op": "param", "name": v.name, "inputs": []}, [v.name])
     arg_nodes = list(range(len(nodes)))
-    for node, func in zip(graph.nodes, funcs, strict=True):
+    for k, (node, func) in enumerate(zip(graph.nodes, funcs, strict=True)):
         ins = [list(entry_of[i]) for i in node.inputs]
-        add(
-            {
-                "op": "kernel",
-                "name": node.name,
-                "func": func,
-                "inputs": ins,
-                "num_outputs": len(node.outputs),
-            },
-            node.outputs,
-        )
+        doc = {
+            "op": "kernel",
+            "name": node.name,
+            "func": func,
+            "inputs": ins,
+            "num_outputs": len(node.outputs),
+        }
+        if plan.inplace.get(k):  # outputs written over a dying input: [out_pos, in_pos]
+            doc["inplace"] = [list(p) for p in plan.inplace[k]]
+        add(doc, node.outputs)
     entries = sorted(entry_of, key=lambda n: row_ptr[entry_of[n][0]] + entry_of[n][1])
     return {
         "format": "packager-graph",

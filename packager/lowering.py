@@ -17,6 +17,7 @@ from .errors import PackagerError
 from .graph.ir import Graph, Node
 from .graph.memory import MemoryPlan
 from .ops.registry import get_op
+from .te.alias import allow_alias
 from .te.schedule import default_schedule
 
 
@@ -45,7 +46,9 @@ def kernel_key(node: Node, graph: Graph, inplace=()) -> str:
     return json.dumps([node.op, _canon(node.attrs), ins, len(node.outputs), list(inplace)])
 
 
-def lower_node(node: Node, graph: Graph, func: str, target: str = "cpu") -> Kernel:
+def lower_node(node: Node, graph: Graph, func: str, target: str = "cpu", inplace=()) -> Kernel:
+    """``inplace``: (output position, input position) pairs the memory plan lets share
+    a buffer; the kernel is checked to allow it and generated without ``restrict`` there."""
     opdef = get_op(node.op)
     with te.fresh_names():
         args = [
@@ -56,7 +59,7 @@ def lower_node(node: Node, graph: Graph, func: str, target: str = "cpu") -> Kern
     schedule = opdef.schedules.get(target)
     sch = schedule(outs, node.attrs) if schedule else default_schedule(outs)
     try:
-        prim = te.lower(sch, args + outs, func)
+        prim = allow_alias(te.lower(sch, args + outs, func), inplace, len(args))
     except Exception as e:
         raise PackagerError(f"node '{node.source}' ({node.op}): lowering failed: {e}") from e
     return Kernel(func, codegen_c(prim), node.op)
@@ -72,7 +75,8 @@ def lower_graph(
     for k, node in enumerate(graph.nodes):
         key = kernel_key(node, graph, inplace.get(k, ()))
         if key not in by_key:
-            by_key[key] = lower_node(node, graph, f"k_{len(by_key)}_{_ident(node.op)}", target)
+            name = f"k_{len(by_key)}_{_ident(node.op)}"
+            by_key[key] = lower_node(node, graph, name, target, inplace.get(k, ()))
         funcs.append(by_key[key].func)
         if progress:
             progress(k + 1, len(graph.nodes))

@@ -66,8 +66,7 @@ static __thread int in_parallel; /* set while this thread runs loop bodies */
 
 static int env_int(const char* name, int fallback) {
     const char* s = getenv(name);
-    if (!s || !*s)
-        return fallback;
+    if (!s || !*s) return fallback;
     char* end;
     long v = strtol(s, &end, 10);
     return (*end || v < 1) ? fallback : (int)(v > PK_MAX_THREADS ? PK_MAX_THREADS : v);
@@ -78,20 +77,17 @@ static int parse_cores(const char* s, int* out) {
     while (s && *s && n < PK_MAX_THREADS) {
         char* end;
         long v = strtol(s, &end, 10);
-        if (end == s || v < 0)
-            return 0; /* malformed: no pinning rather than a wrong one */
+        if (end == s || v < 0) return 0; /* malformed: no pinning rather than a wrong one */
         out[n++] = (int)v;
         s = (*end == ',') ? end + 1 : end;
-        if (*end && *end != ',')
-            return 0;
+        if (*end && *end != ',') return 0;
     }
     return n;
 }
 
 static void pin(int thread) {
 #ifdef __linux__
-    if (thread >= pool.ncores)
-        return;
+    if (thread >= pool.ncores) return;
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(pool.cores[thread], &set);
@@ -105,8 +101,7 @@ static void run_chunks(void) {
     in_parallel = 1;
     for (;;) {
         int64_t i = __atomic_fetch_add(&pool.next, 1, __ATOMIC_RELAXED);
-        if (i >= pool.n)
-            break;
+        if (i >= pool.n) break;
         pool.body(pool.ctx, i);
     }
     in_parallel = 0;
@@ -123,8 +118,7 @@ static void* worker(void* arg) {
         pthread_mutex_unlock(&mu);
         run_chunks();
         pthread_mutex_lock(&mu);
-        if (--pool.active == 0)
-            pthread_cond_signal(&done_cv);
+        if (--pool.active == 0) pthread_cond_signal(&done_cv);
     }
     return NULL;
 }

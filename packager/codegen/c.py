@@ -19,6 +19,8 @@ names) lives in a ``Lang`` table, so an OpenCL table can reuse it. C specifics:
 * parallel loops are outlined into ``static void NAME_parK(void* ctx, int64_t i)``
   with a context struct of the captured buffers and variables, run through
   ``pk_parallel_for``;
+* kernel arguments are ``restrict`` except those in ``PrimFunc.may_alias`` (an
+  output written in place over an input, see graph/memory.py);
 * subexpressions shared within one store (after inlining) become ``const`` locals,
   unless they are only evaluated under a select/&&/|| (guarded loads stay guarded).
 """
@@ -242,12 +244,16 @@ def _sanitize(name: str) -> str:
 class _Module:
     """What the translation unit accumulates: helpers, outlined functions, names."""
 
-    def __init__(self, lang: Lang):
+    def __init__(self, lang: Lang, aliased: frozenset = frozenset()):
         self.lang = lang
+        self.aliased = aliased  # buffers that may share memory: never `restrict`
         self.helpers: dict[str, str] = {}
         self.vec_types: dict[str, str] = {}
         self.functions: list[str] = []
         self.n_par = 0
+
+    def restrict(self, buf: Buffer) -> str:
+        return "" if buf in self.aliased else f" {self.lang.restrict}"
 
     def helper(self, kind: str, dtype: str) -> str:
         key = f"{kind}_{dtype}"
@@ -392,13 +398,12 @@ class Renderer:
         body_start = len(inner.lines)
         inner.stmt(s.body)
         fields, unpack, init = [], [], []
-        restrict = self.mod.lang.restrict
         read_only = _read_only(s)
         for b in bufs:
-            ct, n = self.ctype(b.dtype), inner_names[b]
+            ct, n, restrict = self.ctype(b.dtype), inner_names[b], self.mod.restrict(b)
             const = "const " if b in read_only else ""
-            fields.append(f"{const}{ct}* {restrict} {n};")
-            unpack.append(f"{const}{ct}* {restrict} {n} = c->{n};")
+            fields.append(f"{const}{ct}*{restrict} {n};")
+            unpack.append(f"{const}{ct}*{restrict} {n} = c->{n};")
             init.append(n)
         for v in free_vars:
             n = inner_names[v]
@@ -803,14 +808,14 @@ def _vector_expr(e: Expr, s: For, simp: Simplifier) -> bool:
 
 def codegen_c(func: PrimFunc, lang: Lang = C) -> str:
     """A self-contained C translation unit defining ``int32_t NAME(void* const* args)``."""
-    mod = _Module(lang)
+    mod = _Module(lang, frozenset(func.params[k] for k in func.may_alias))
     names: dict = {}
     r = Renderer(mod, func.name, names, "return 1;", Simplifier())
     written = {n.buffer for n in walk_stmts(func.body) if isinstance(n, Store)}
     for k, buf in enumerate(func.params):
         ct = lang.types[buf.dtype]
         const = "" if buf in written else "const "
-        r.emit(f"{const}{ct}* {lang.restrict} {r.name(buf)} = ({const}{ct}*)args[{k}];")
+        r.emit(f"{const}{ct}*{mod.restrict(buf)} {r.name(buf)} = ({const}{ct}*)args[{k}];")
     r.stmt(func.body)
     r.emit("return 0;")
     parts = ['#include "pk_kernel.h"', ""]

@@ -19,8 +19,10 @@ def bcast(t: te.Tensor, idx) -> te.Expr:
 
 
 def channel(t: te.Tensor, idx) -> te.Expr:
-    """Per-channel (axis 1) element of the 1-D tensor ``t`` for index ``idx``."""
-    return t[idx[1]]
+    """Per-channel (axis 1) element of the 1-D tensor ``t`` for index ``idx``. A 2-D
+    ``t`` is (C/x, x): the parameters of a blocked NCHW{x}c input, read at its
+    channel block (axis 1) and lane (the last axis)."""
+    return t[idx[1], idx[-1]] if t.ndim == 2 else t[idx[1]]
 
 
 class Moments:

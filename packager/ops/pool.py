@@ -3,6 +3,10 @@
 attrs: kernel, strides, dilations, pads (all begins, then all ends), ceil_mode;
 avg_pool: count_include_pad; lp_pool: p. Windows start at ``o * stride - pad_begin``
 (ceil_mode may add a last window that reaches past the end padding).
+
+The spatial dims are the len(kernel) dims after N and C; dims after them are carried
+through untouched, which is what the blocked layout NCHW{x}c needs (its channel block
+is the last dim): the *_nchwc ops are the same computes under their own names.
 """
 
 from __future__ import annotations
@@ -25,9 +29,10 @@ class _Window:
     """Output shape and the padded input of a pooling op."""
 
     def __init__(self, x: te.Tensor, attrs: dict, fill):
-        nd = x.ndim - 2
-        self.nd = nd
         self.kernel = list(attrs["kernel"])
+        nd = len(self.kernel)
+        self.nd = nd
+        tail = list(x.shape[2 + nd :])  # the channel block of a blocked layout
         self.strides = list(attrs.get("strides") or [1] * nd)
         self.dilations = list(attrs.get("dilations") or [1] * nd)
         self.before, self.after = split_pads(attrs.get("pads"), nd)
@@ -44,24 +49,26 @@ class _Window:
             )
             for i in range(nd)
         ]
-        self.shape = [*x.shape[:2], *self.spatial]
+        self.shape = [*x.shape[:2], *self.spatial, *tail]
         # Pad to exactly what the windows read (ceil_mode may read past the end pads).
         need = [
             (self.spatial[i] - 1) * self.strides[i] + span(self.kernel[i], self.dilations[i])
             for i in range(nd)
         ]
-        tail = [need[i] - x.shape[2 + i] - self.before[i] for i in range(nd)]
+        end = [need[i] - x.shape[2 + i] - self.before[i] for i in range(nd)]
+        keep = [0] * len(tail)
         self.padded = pad_tensor(
-            x, [0, 0, *self.before], [0, 0, *tail], value=fill, name="pool_pad"
+            x, [0, 0, *self.before, *keep], [0, 0, *end, *keep], value=fill, name="pool_pad"
         )
         self.rk = reduce_axes(self.kernel, "rk")
 
     def load(self, n, c, o):
+        """``o``: the output's spatial indices, then those of the carried dims."""
         xi = [
             window_index(o[i], self.rk[i], self.strides[i], self.dilations[i])
             for i in range(self.nd)
         ]
-        return self.padded[(n, c, *xi)]
+        return self.padded[(n, c, *xi, *o[self.nd :])]
 
     def count(self, o, lo, hi):
         """Taps of the window at ``o`` whose input index t (unpadded coordinates)
@@ -99,7 +106,7 @@ def avg_pool(inputs, attrs):
     total = te.compute(
         w.shape, lambda n, c, *o: te.sum(w.load(n, c, o), w.rk), name="avg_pool_sum", tag="pool"
     )
-    sizes = x.shape[2:]
+    sizes = x.shape[2 : 2 + w.nd]
     if attrs.get("count_include_pad", 0):
         # Pads count, the region past the end pads (ceil_mode) does not.
         lo = [-b for b in w.before]
@@ -144,3 +151,8 @@ def lp_pool(inputs, attrs):
         return te.call("pow", v, te.const(1.0 / p, dt))
 
     return [te.compute(w.shape, root, name="lp_pool", tag="elemwise")]
+
+
+# Blocked layout (N, C/x, H, W, x): the same computes, named for the layout.
+for _name, _compute in (("max_pool", max_pool), ("avg_pool", avg_pool), ("lp_pool", lp_pool)):
+    register_op(f"{_name}_nchwc", "opaque")(_compute)

@@ -1,4 +1,5 @@
-"""A numpy interpreter of tensor expressions: checks computes without the C path.
+"""A numpy interpreter of tensor expressions: checks computes without the C path, and
+evaluates library nodes whose inputs are all constants at package time.
 
 Each compute is evaluated at once over a grid of its data axes followed by its
 reduce axes (broadcast numpy arrays); loads clip their indices because both sides
@@ -9,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from packager import te
-from packager.graph.ir import np_dtype
+from . import expr as te
+from ..graph.ir import np_dtype
 
 _BIN = {
     "+": np.add,
@@ -146,3 +147,20 @@ def evaluate(outputs: list[te.Tensor], feeds: dict) -> list[np.ndarray]:
     for t in outputs:
         go(t)
     return [values[id(t)] for t in outputs]
+
+
+def grid_elements(outputs: list[te.Tensor]) -> int:
+    """The largest grid (data axes times reduce axes) ``evaluate`` builds for ``outputs``:
+    its memory is this many elements per array, so callers can refuse huge ones."""
+    most, seen, stack = 0, set(), list(outputs)
+    while stack:
+        t = stack.pop()
+        if id(t) in seen or not isinstance(t.op, te.ComputeOp):
+            continue
+        seen.add(id(t))
+        n = 1
+        for iv in list(t.op.axis) + list(t.op.reduce_axis):
+            n *= iv.extent
+        most = max(most, n)
+        stack.extend(t.op.input_tensors)
+    return most

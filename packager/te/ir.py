@@ -104,11 +104,16 @@ class Barrier(Stmt):
 
 @dataclass(eq=False)
 class PrimFunc:
-    """A kernel: ``params`` are the argument buffers in kernel-ABI order."""
+    """A kernel: ``params`` are the argument buffers in kernel-ABI order.
+
+    ``may_alias``: indices of params that may share memory with one another (an output
+    written over a dying input, in place); code generators must not declare them
+    ``restrict``. Every other param is distinct from all others."""
 
     name: str
     params: list[Buffer]
     body: Stmt
+    may_alias: frozenset[int] = frozenset()
 
 
 def seq(*stmts: Stmt | None) -> Stmt:

@@ -14,7 +14,7 @@ from packager.codegen import build_kernel
 from packager.graph.ir import np_dtype
 from packager.ops.registry import get_op
 
-from .te_eval import evaluate
+from packager.te.evaluator import evaluate
 
 
 def build(op_name: str, inputs: list[np.ndarray], attrs: dict):
