@@ -127,8 +127,7 @@ CONNECTION_FIELDS: tuple[Field, ...] = (
     Field(
         "trust_on_first_use",
         "bool",
-        "Accept and record an unknown host key on first contact (a changed key is always "
-        "refused).",
+        "Accept and record an unknown host key on first contact (a changed key is always refused).",
         default=False,
     ),
 )

@@ -21,6 +21,7 @@ import numpy as np
 from . import __version__
 from .graph.ir import Graph, np_dtype
 from .graph.memory import MemoryPlan
+from .graph.plan_report import plan_stats
 from .lowering import Kernel
 from .names import safe_name
 from .params_file import write_params
@@ -122,9 +123,11 @@ def write_bundle_files(
     compiled,
     manifest: dict,
     selftest: tuple[list[np.ndarray], list[np.ndarray]] | None,
+    extra_files: dict[str, str] | None = None,
 ) -> None:
     """Write every file of ``compiled`` (a package.Compiled) under ``root``, an empty
-    directory."""
+    directory, plus ``extra_files`` (relative path -> text, e.g. the board's
+    toolchain.cmake), all listed in the manifest."""
     graph, kernels = compiled.graph, compiled.kernels
     (root / "kernels").mkdir()
     for k in kernels:
@@ -145,6 +148,8 @@ def write_bundle_files(
         else:
             shutil.copyfile(src, runtime / part)
     shutil.copyfile(C_RUNTIME / "bundle" / "CMakeLists.txt", root / "CMakeLists.txt")
+    for rel, text in sorted((extra_files or {}).items()):
+        (root / rel).write_text(text)
     if selftest is not None:
         (root / "selftest").mkdir()
         for kind, arrays in zip(("input", "output"), selftest, strict=True):
@@ -153,12 +158,7 @@ def write_bundle_files(
     manifest = dict(manifest)
     manifest["inputs"] = _io_list(graph, graph.inputs)
     manifest["outputs"] = _io_list(graph, graph.outputs)
-    manifest["stats"] = {
-        "kernels": len(kernels),
-        "nodes": len(graph.nodes),
-        "arena_bytes": gj["arena_bytes"],
-        "params_bytes": sum(int(a.nbytes) for _, a in params),
-    }
+    manifest["stats"] = plan_stats(graph, compiled.plan, len(kernels))
     files = sorted(p for p in root.rglob("*") if p.is_file())
     manifest["files"] = {str(p.relative_to(root)): sha256_file(p) for p in files}
     _write_json(root / "manifest.json", manifest)

@@ -12,11 +12,16 @@ import sys
 import traceback
 from pathlib import Path
 
+from .cli_remote import add_connection_options
+from .cli_remote import add_parsers as add_board_parsers
 from .errors import PackagerError
 
 EPILOG = """examples:
   packager build model.onnx --board host -o out/model
   packager run out/model --board host --input data=x.npy --output-dir results
+  packager build model.onnx --board rpi4 -o out/m && packager deploy out/m --board rpi4
+  packager bench out/m --board rpi4 --repeat 50
+  packager boards --ping rpi4
   packager inspect model.onnx --input-shape data=1,3,224,224
   packager boards --check my_board.yaml
 """
@@ -63,24 +68,16 @@ def cmd_build(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from .boards import load_board
-    from .runner import load_manifest, run_local
+    from .cli_remote import cmd_run as run_on_board
 
-    board = load_board(args.board)
-    bundle = Path(args.bundle)
-    load_manifest(bundle)
-    if not board.is_local:
-        raise PackagerError(f"--board {board.name}: only local boards can run bundles for now")
-    inputs = dict(parse_input(s) for s in args.input or [])
-    r = run_local(bundle, board, inputs, args.output_dir, args.repeat, log=log)
-    sys.stdout.write(r.stdout)
-    sys.stderr.write(r.stderr)
-    return r.returncode
+    return run_on_board(args)  # the local machine or a board over SSH, alike
 
 
 def cmd_inspect(args) -> int:
     from .frontend.inspect import inspect_model
 
+    if args.plan or args.plan_png:
+        return inspect_plan(args)
     report = inspect_model(args.model, _shapes(args))
     if args.json:
         print(json.dumps(report, indent=1))
@@ -99,9 +96,29 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def inspect_plan(args) -> int:
+    from .boards import load_board
+    from .frontend.importer import load_model
+    from .graph import plan_report
+    from .package import compile_model
+
+    board = load_board(args.board)
+    c = compile_model(load_model(args.model), board, _shapes(args), args.model)
+    if args.plan:
+        print(plan_report.render(c.graph, c.plan, c.funcs, len(c.kernels)))
+    if args.plan_png:
+        Path(args.plan_png).write_bytes(plan_report.plan_png(c.graph, c.plan))
+        print(f"wrote {args.plan_png}")
+    return 0
+
+
 def cmd_boards(args) -> int:
     from .boards import check_board_file, list_boards
 
+    if args.ping:
+        from .cli_remote import ping
+
+        return ping(args)
     if args.check:
         board = check_board_file(args.check)
         print(f"{args.check}: ok ({board.name}, {board.arch}, {board.cores} cores)")
@@ -160,7 +177,9 @@ def make_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="run N times after a warm-up; the last line printed is JSON with median_ms",
     )
+    add_connection_options(r)
     r.set_defaults(fn=cmd_run)
+    add_board_parsers(sub)
 
     i = sub.add_parser(
         "inspect",
@@ -170,6 +189,15 @@ def make_parser() -> argparse.ArgumentParser:
     i.add_argument("model", metavar="MODEL.onnx")
     i.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...")
     i.add_argument("--json", action="store_true", help="print the report as JSON")
+    i.add_argument(
+        "--plan",
+        action="store_true",
+        help="compile for --board and print the kernels (fused groups) and the memory plan",
+    )
+    i.add_argument(
+        "--plan-png", metavar="FILE", help="draw the memory plan (step x arena offset) as a PNG"
+    )
+    i.add_argument("--board", default="host", help="board to compile for with --plan (host)")
     i.set_defaults(fn=cmd_inspect)
 
     bo = sub.add_parser(
@@ -179,6 +207,12 @@ def make_parser() -> argparse.ArgumentParser:
         "validate a profile file with --check.",
     )
     bo.add_argument("--check", metavar="FILE.yaml", help="validate a board profile file")
+    bo.add_argument(
+        "--ping",
+        metavar="BOARD",
+        help="check each device of BOARD: reachable, host key, arch, round-trip time",
+    )
+    add_connection_options(bo)
     bo.set_defaults(fn=cmd_boards)
     return p
 

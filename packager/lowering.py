@@ -43,20 +43,50 @@ def _canon(x):
 
 def kernel_key(node: Node, graph: Graph, inplace=()) -> str:
     ins = [(graph.values[i].shape, graph.values[i].dtype) for i in node.inputs]
-    return json.dumps([node.op, _canon(node.attrs), ins, len(node.outputs), list(inplace)])
+    return json.dumps([_structure(node), ins, len(node.outputs), list(inplace)])
+
+
+def _structure(node: Node) -> list:
+    """What the kernel computes: op and attrs; for a fused node its inner nodes with
+    value names replaced by their place (in0.. for inputs, v0.. inside), so groups
+    that compute alike share a kernel whatever their tensors are called."""
+    if node.op != "fused":
+        return [node.op, _canon(node.attrs)]
+    ids = {name: f"in{k}" for k, name in enumerate(node.inputs)}
+    inner = []
+    for n in node.attrs["nodes"]:
+        ins = [ids[i] for i in n["inputs"]]
+        for o in n["outputs"]:
+            ids.setdefault(o, f"v{len(ids)}")
+        inner.append([n["op"], _canon(n["attrs"]), ins, [ids[o] for o in n["outputs"]]])
+    return ["fused", inner, [ids[o] for o in node.outputs]]
+
+
+def node_computes(node: Node, graph: Graph) -> tuple[list[te.Tensor], list[te.Tensor]]:
+    """Placeholders for the node's inputs and its output tensors. A fused node builds
+    each inner op's compute on the tensors of its inputs, so the group is one tensor
+    expression and its schedule can inline producers into consumers."""
+    args = [
+        te.placeholder(graph.values[i].shape, graph.values[i].dtype, f"in{k}")
+        for k, i in enumerate(node.inputs)
+    ]
+    if node.op != "fused":
+        return args, list(get_op(node.op).compute(args, node.attrs))
+    env = dict(zip(node.inputs, args, strict=True))
+    for n in node.attrs["nodes"]:
+        outs = get_op(n["op"]).compute([env[i] for i in n["inputs"]], n["attrs"])
+        env.update(zip(n["outputs"], outs, strict=True))
+    return args, [env[o] for o in node.outputs]
 
 
 def lower_node(node: Node, graph: Graph, func: str, target: str = "cpu", inplace=()) -> Kernel:
     """``inplace``: (output position, input position) pairs the memory plan lets share
     a buffer; the kernel is checked to allow it and generated without ``restrict`` there."""
-    opdef = get_op(node.op)
     with te.fresh_names():
-        args = [
-            te.placeholder(graph.values[i].shape, graph.values[i].dtype, f"in{k}")
-            for k, i in enumerate(node.inputs)
-        ]
-        outs = list(opdef.compute(args, node.attrs))
-    schedule = opdef.schedules.get(target)
+        args, outs = node_computes(node, graph)
+    # A fused group takes the generic schedule (inline, reductions at their reader);
+    # an op's own template is written for the op alone.
+    schedule = get_op(node.op).schedules.get(target) if node.op != "fused" else None
     sch = schedule(outs, node.attrs) if schedule else default_schedule(outs)
     try:
         prim = allow_alias(te.lower(sch, args + outs, func), inplace, len(args))
@@ -75,12 +105,22 @@ def lower_graph(
     for k, node in enumerate(graph.nodes):
         key = kernel_key(node, graph, inplace.get(k, ()))
         if key not in by_key:
-            name = f"k_{len(by_key)}_{_ident(node.op)}"
+            name = f"k_{len(by_key)}_{_label(node)}"
             by_key[key] = lower_node(node, graph, name, target, inplace.get(k, ()))
         funcs.append(by_key[key].func)
         if progress:
             progress(k + 1, len(graph.nodes))
     return list(by_key.values()), funcs
+
+
+def _label(node: Node, most: int = 4) -> str:
+    """What a kernel is named after: its op, or a fused node's inner ops in order (the
+    first ``most`` of them, then how many more)."""
+    if node.op != "fused":
+        return _ident(node.op)
+    ops = [_ident(n["op"]) for n in node.attrs["nodes"]]
+    more = [f"{len(ops) - most}more"] if len(ops) > most else []
+    return "_".join(ops[:most] + more)
 
 
 def _ident(s: str) -> str:

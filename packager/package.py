@@ -19,6 +19,7 @@ from .graph.memory import MemoryPlan, plan_memory
 from .graph.pipeline import PassContext, optimize
 from .lowering import Kernel, lower_graph
 from .reference import random_input, run_reference
+from .toolchain import FILE_NAME, toolchain_file, wants_toolchain_file
 
 
 @dataclass
@@ -80,7 +81,10 @@ def package(
         "board": {"name": board.name, "arch": board.arch, "cpu": board.cpu},
         "input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
     }
-    out = write_bundle(out_dir, lambda tmp: write_bundle_files(tmp, compiled, manifest, tests))
+    extra = {FILE_NAME: toolchain_file(board)} if wants_toolchain_file(board) else {}
+    out = write_bundle(
+        out_dir, lambda tmp: write_bundle_files(tmp, compiled, manifest, tests, extra)
+    )
     say(f"wrote {out} ({time.perf_counter() - t0:.1f}s)")
     return out
 

@@ -53,7 +53,9 @@ def build(bundle: Path, board: Board, log=None) -> Path:
         return exe
     if log:
         log(f"building {bundle} with CMake")
-    cc = board.toolchain.cc
+    check_compiler(board)
+    # Another bundle's (or board's) cache would keep its compiler: start clean.
+    shutil.rmtree(build_dir, ignore_errors=True)
     configure = [
         cmake_bin(),
         "-S",
@@ -61,8 +63,7 @@ def build(bundle: Path, board: Board, log=None) -> Path:
         "-B",
         str(build_dir),
         "-DCMAKE_BUILD_TYPE=Release",
-        f"-DCMAKE_C_COMPILER={cc}",
-        f"-DPK_CFLAGS={' '.join(board.toolchain.cflags)}",
+        *compiler_args(bundle, board),
     ]
     jobs = str(os.cpu_count() or 2)
     for cmd in (configure, [cmake_bin(), "--build", str(build_dir), "-j", jobs]):
@@ -72,6 +73,37 @@ def build(bundle: Path, board: Board, log=None) -> Path:
             raise PackagerError(f"{bundle}: build failed ({shlex.join(cmd[:2])} ...):\n{tail}")
     stamp.write_bytes(key)
     return exe
+
+
+def compiler_args(bundle: Path, board: Board) -> list[str]:
+    """The bundle's toolchain file when it has one (cross builds), else the board's cc."""
+    flags = f"-DPK_CFLAGS={' '.join(board.toolchain.cflags)}"
+    toolchain = bundle / "toolchain.cmake"
+    if toolchain.is_file():
+        return [f"-DCMAKE_TOOLCHAIN_FILE={toolchain.resolve()}", flags]
+    return [f"-DCMAKE_C_COMPILER={board.toolchain.cc}", flags]
+
+
+def check_compiler(board: Board) -> None:
+    cc = board.toolchain.cc
+    if shutil.which(cc) is None:
+        where = f" ({board.path})" if board.path else ""
+        raise PackagerError(
+            f"board {board.name}{where}: toolchain.cc {cc!r} is not installed on this machine "
+            f"(Debian: apt-get install gcc-aarch64-linux-gnu or gcc-arm-linux-gnueabihf for "
+            f"ARM boards), or set toolchain.build_on_device: true to build on the board"
+        )
+
+
+def check_bundle_board(manifest: dict, board: Board) -> None:
+    """A bundle runs only where its code runs: refuse one packaged for another arch."""
+    packaged = manifest.get("board", {})
+    if packaged.get("arch", board.arch) != board.arch:
+        raise PackagerError(
+            f"--board {board.name}: the bundle was packaged for {packaged.get('name')!r} "
+            f"({packaged.get('arch')}), not for {board.arch}; package it again with "
+            f"--board {board.name}"
+        )
 
 
 def check_inputs(manifest: dict, inputs: dict[str, str]) -> None:

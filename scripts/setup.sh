@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # Installs everything the packager and its tests need on a fresh Debian machine:
-# a C compiler from Debian, then a virtual environment with the Python dependencies.
+# a C compiler, the cross compilers, qemu-user and sshd from Debian (skipped when already
+# installed), then a virtual environment with the Python dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need_apt+=(python3-venv)
+# Real boards in the tests: an SSH server, qemu-user to run ARM binaries, the cross
+# compilers (their libc is the sysroot that qemu-user -L points at).
+for pkg in openssh-server qemu-user gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf \
+  libc6-dev-arm64-cross libc6-dev-armhf-cross; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      "${need_apt[@]}" >/dev/null
   else
     echo "setup: please install: ${need_apt[*]}" >&2
     exit 1

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h> /* malloc/free for kernels' large temporaries */
 #include <string.h>
 
 #ifdef __cplusplus

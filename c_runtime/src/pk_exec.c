@@ -45,17 +45,21 @@ static int overlaps(const void* a, size_t an, const void* b, size_t bn) {
     return an && bn && x < y + bn && y < x + an;
 }
 
-/* A kernel's outputs must not overlap any other of its arguments: generated kernels are not
- * written to work in place. */
+/* A kernel's outputs must not overlap any other of its arguments (generated kernels declare
+ * them `restrict`), except an output declared in place over an input, which must be exactly
+ * that input's buffer (its kernel was generated for that). */
 static pk_status check_aliasing(const pk_graph* g, int32_t n) {
     const pk_node* node = &g->nodes[n];
     int32_t nargs = node->num_inputs + node->num_outputs;
     for (int32_t a = node->num_inputs; a < nargs; a++) {
         size_t abytes = g->entries[g->row_ptr[n] + a - node->num_inputs].bytes;
+        int32_t over = pk_node_inplace_input(node, a - node->num_inputs);
         for (int32_t b = 0; b < nargs; b++) {
             if (b == a) continue;
             int32_t eb =
                 b < node->num_inputs ? node->inputs[b] : g->row_ptr[n] + b - node->num_inputs;
+            if (b == over && node->args[a] == node->args[b] && abytes == g->entries[eb].bytes)
+                continue;
             if (overlaps(node->args[a], abytes, node->args[b], g->entries[eb].bytes))
                 return pk_fail(PK_ERR_FORMAT,
                                "graph.json: nodes[%d] '%s': argument %d overlaps argument %d "
@@ -93,6 +97,7 @@ void pk_graph_free_parts(pk_graph* g) {
         free(g->nodes[n].func);
         free(g->nodes[n].inputs);
         free(g->nodes[n].args);
+        free(g->nodes[n].inplace);
     }
     for (int32_t i = 0; g->storage && i < g->num_storage; i++)
         free(g->storage[i].param);

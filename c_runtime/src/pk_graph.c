@@ -108,6 +108,47 @@ static pk_status parse_node(loader* L, int32_t t, int32_t i) {
     return PK_OK;
 }
 
+/* Optional "inplace": [[out, in], ...], strictly ascending by out (so each output appears
+ * once and lookups can bisect); whether the pair may really share memory is checked later. */
+static pk_status parse_inplace(loader* L, int32_t t, int32_t i) {
+    pk_node* node = &L->g->nodes[i];
+    int32_t ip = pj_get(&L->d, t, "inplace");
+    if (ip < 0) return PK_OK;
+    if (node->op != PK_NODE_KERNEL || L->d.toks[ip].type != PJ_ARR)
+        return pk_fail(PK_ERR_FORMAT, GJ ": nodes[%d].inplace: expected an array (kernels only)",
+                       (int)i);
+    node->num_inplace = L->d.toks[ip].count;
+    node->inplace = calloc((size_t)node->num_inplace + 1, sizeof *node->inplace);
+    if (!node->inplace) return pk_fail(PK_ERR_NOMEM, GJ ": out of memory");
+    int32_t e = ip + 1;
+    for (int32_t k = 0; k < node->num_inplace; k++, e = L->d.toks[e].next) {
+        int64_t out, in;
+        if (L->d.toks[e].type != PJ_ARR || L->d.toks[e].count != 2 || !pj_int(&L->d, e + 1, &out) ||
+            !pj_int(&L->d, e + 2, &in) || out < 0 || out >= node->num_outputs || in < 0 ||
+            in >= node->num_inputs || (k > 0 && out <= node->inplace[k - 1][0]))
+            return pk_fail(PK_ERR_FORMAT,
+                           GJ ": nodes[%d].inplace[%d]: expected [output, input] positions of "
+                              "the node, ascending by output",
+                           (int)i, (int)k);
+        node->inplace[k][0] = (int32_t)out;
+        node->inplace[k][1] = (int32_t)in;
+    }
+    return PK_OK;
+}
+
+int32_t pk_node_inplace_input(const pk_node* node, int32_t out) {
+    int32_t lo = 0, hi = node->num_inplace;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (node->inplace[mid][0] == out) return node->inplace[mid][1];
+        if (node->inplace[mid][0] < out)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -1;
+}
+
 /* Node inputs are resolved after node_row_ptr is known; they must name earlier nodes. */
 static pk_status parse_node_inputs(loader* L, int32_t t, int32_t i) {
     pk_node* node = &L->g->nodes[i];
@@ -125,7 +166,7 @@ static pk_status parse_node_inputs(loader* L, int32_t t, int32_t i) {
     int32_t e = in + 1;
     for (int32_t k = 0; k < node->num_inputs; k++, e = L->d.toks[e].next)
         if ((s = entry_ref(L, e, i, where, k, &node->inputs[k]))) return s;
-    return PK_OK;
+    return parse_inplace(L, t, i);
 }
 
 static pk_status parse_nodes(loader* L) {
@@ -460,6 +501,86 @@ static pk_status check_lifetimes(const pk_graph* g) {
     return s;
 }
 
+/* The last node reading each entry (num_nodes for heads; its own node when never read). */
+static int32_t* last_uses(const pk_graph* g) {
+    int32_t* last = malloc(((size_t)g->num_entries + 1) * sizeof *last);
+    if (!last) return NULL;
+    for (int32_t e = 0; e < g->num_entries; e++)
+        last[e] = g->entries[e].node;
+    for (int32_t n = 0; n < g->num_nodes; n++)
+        for (int32_t k = 0; k < g->nodes[n].num_inputs; k++)
+            if (last[g->nodes[n].inputs[k]] < n) last[g->nodes[n].inputs[k]] = n;
+    for (int32_t k = 0; k < g->num_outputs; k++)
+        last[g->output_entries[k]] = g->num_nodes;
+    return last;
+}
+
+/* An in-place pair is exact aliasing: output and input in the same arena storage, of the
+ * same size, the input read for the last time by this node. */
+static pk_status check_inplace(const pk_graph* g, const int32_t* last) {
+    for (int32_t n = 0; n < g->num_nodes; n++) {
+        const pk_node* node = &g->nodes[n];
+        for (int32_t k = 0; k < node->num_inplace; k++) {
+            const pk_entry* out = &g->entries[g->row_ptr[n] + node->inplace[k][0]];
+            int32_t in = node->inputs[node->inplace[k][1]];
+            if (out->sid != g->entries[in].sid || g->storage[out->sid].kind != PK_ST_ARENA ||
+                out->bytes != g->entries[in].bytes || last[in] != n)
+                return pk_fail(PK_ERR_FORMAT,
+                               GJ ": nodes[%d].inplace[%d]: output %d may only overwrite input "
+                                  "%d if both have the same arena storage and size and the input "
+                                  "is not read later",
+                               (int)n, (int)k, (int)node->inplace[k][0], (int)node->inplace[k][1]);
+        }
+    }
+    return PK_OK;
+}
+
+static int entries_overlap(const pk_graph* g, int32_t a, int32_t b) {
+    size_t x = g->storage[g->entries[a].sid].offset, y = g->storage[g->entries[b].sid].offset;
+    return x < y + g->entries[b].bytes && y < x + g->entries[a].bytes;
+}
+
+/* Arena entries whose bytes overlap (same storage or not) must not be alive at once; the only
+ * exception is an output and the input it is declared to overwrite. Sweeps the nodes keeping
+ * the list of arena entries still to be read (small in real graphs). */
+static pk_status check_overlaps(const pk_graph* g, const int32_t* last) {
+    int32_t* live = malloc(((size_t)g->num_entries + 1) * sizeof *live);
+    if (!live) return pk_fail(PK_ERR_NOMEM, GJ ": out of memory");
+    int32_t nlive = 0;
+    pk_status s = PK_OK;
+    for (int32_t n = 0; n < g->num_nodes && !s; n++) {
+        const pk_node* node = &g->nodes[n];
+        int32_t kept = 0;
+        for (int32_t q = 0; q < nlive; q++)
+            if (last[live[q]] >= n) live[kept++] = live[q];
+        nlive = kept;
+        for (int32_t e = g->row_ptr[n]; e < g->row_ptr[n + 1] && !s; e++) {
+            if (g->storage[g->entries[e].sid].kind != PK_ST_ARENA || !g->entries[e].bytes) continue;
+            int32_t pos = pk_node_inplace_input(node, e - g->row_ptr[n]);
+            int32_t over = pos < 0 ? -1 : node->inputs[pos];
+            for (int32_t q = 0; q < nlive && !s; q++)
+                if (live[q] != over && entries_overlap(g, e, live[q]))
+                    s = pk_fail(PK_ERR_FORMAT,
+                                GJ ": entry %d (node %d '%s') overlaps entry %d in the arena "
+                                   "while that is still alive",
+                                (int)e, (int)n, node->name, (int)live[q]);
+            live[nlive++] = e;
+        }
+    }
+    free(live);
+    return s;
+}
+
+/* Sharing memory: in-place pairs, then byte overlaps between arena entries. */
+static pk_status check_sharing(const pk_graph* g) {
+    int32_t* last = last_uses(g);
+    if (!last) return pk_fail(PK_ERR_NOMEM, GJ ": out of memory");
+    pk_status s = check_inplace(g, last);
+    if (!s) s = check_overlaps(g, last);
+    free(last);
+    return s;
+}
+
 /* Sums the 64-aligned sizes of the arena and the input and output storages. */
 static void plan_memory(pk_graph* g) {
     size_t off = pk_align_up(g->arena_bytes);
@@ -510,7 +631,7 @@ pk_status pk_graph_parse(pk_graph* g, const char* json, size_t json_len) {
     if (!(s = check_header(&L)) && !(s = parse_nodes(&L)) && !(s = parse_attrs(&L)) &&
         !(s = parse_storage(&L)) && !(s = check_arg_nodes(&L)) && !(s = parse_io(&L)) &&
         !(s = check_names(g)) && !(s = check_storage_use(g)) && !(s = check_total(g)) &&
-        !(s = check_lifetimes(g)) && !(s = resolve_kernels(g)))
+        !(s = check_lifetimes(g)) && !(s = check_sharing(g)) && !(s = resolve_kernels(g)))
         plan_memory(g);
     pj_free(&L.d);
     return s;

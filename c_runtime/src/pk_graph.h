@@ -25,6 +25,8 @@ typedef struct {
     int32_t num_inputs, num_outputs;
     int32_t* inputs; /* entry ids */
     void** args;     /* input buffers then output buffers, as the kernel ABI wants */
+    int32_t num_inplace;
+    int32_t (*inplace)[2]; /* [output, input] positions written in place, by output */
 } pk_node;
 
 typedef struct {
@@ -63,5 +65,7 @@ pk_status pk_graph_bind_params(pk_graph* g, const void* params, size_t params_le
 /* Points every storage into memory, builds kernel argument arrays, checks aliasing. */
 pk_status pk_graph_place(pk_graph* g, unsigned char* memory);
 void pk_graph_free_parts(pk_graph* g);
+/* The input position that output `out` of `node` is declared to overwrite, or -1. */
+int32_t pk_node_inplace_input(const pk_node* node, int32_t out);
 
 #endif

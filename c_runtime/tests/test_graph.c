@@ -26,7 +26,29 @@ static const char graph_src[] =
     "{'kind':'output','bytes':16}],"
     "'arena_bytes':128}";
 
+/* The same computation in place: relu1 and add2 write over their dying first input, so a,
+ * b and c share one arena storage (exactly aliased) and the arena holds one tensor. */
+static const char inplace_src[] =
+    "{'format':'packager-graph','version':1,"
+    "'nodes':[{'op':'input','name':'x','inputs':[]},"
+    "{'op':'param','name':'w','inputs':[]},"
+    "{'op':'kernel','name':'add1','func':'k_add4','inputs':[[0,0],[1,0]],'num_outputs':1},"
+    "{'op':'kernel','name':'relu1','func':'k_relu4','inputs':[[2,0]],'num_outputs':1,"
+    "'inplace':[[0,0]]},"
+    "{'op':'kernel','name':'add2','func':'k_add4','inputs':[[3,0],[1,0]],'num_outputs':1,"
+    "'inplace':[[0,0]]},"
+    "{'op':'kernel','name':'relu2','func':'k_relu4','inputs':[[4,0]],'num_outputs':1}],"
+    "'arg_nodes':[0,1],'node_row_ptr':[0,1,2,3,4,5,6],"
+    "'heads':[[5,0],[4,0]],'outputs':['y','z:0'],"
+    "'attrs':{'shape':[[4],[4],[4],[4],[4],[4]],"
+    "'dtype':['float32','float32','float32','float32','float32','float32'],"
+    "'storage_id':[0,1,2,2,2,3]},"
+    "'storage':[{'kind':'input','bytes':16},{'kind':'param','bytes':16,'param':'w'},"
+    "{'kind':'arena','bytes':16,'offset':0},{'kind':'output','bytes':16}],"
+    "'arena_bytes':64}";
+
 static char graph_json[sizeof graph_src];
+static char inplace_json[sizeof inplace_src];
 static const float w_data[4] = {0.5f, 0.5f, -10.0f, 0.5f};
 static const float x_data[4] = {1, -2, 3, -4};
 static const float y_want[4] = {2, 0.5f, 0, 0.5f};
@@ -89,6 +111,27 @@ static void check_outputs(pk_graph* g) {
     CHECK(pk_graph_get_output(g, 1, z, sizeof z) == PK_OK);
     CHECK(memcmp(y, y_want, sizeof y) == 0);
     CHECK(memcmp(z, z_want, sizeof z) == 0);
+}
+
+/* The in-place graph loads and gives the same numbers with a quarter of the memory. */
+static void test_inplace(void) {
+    size_t need = 0, need_plain = 0;
+    CHECK(pk_graph_memory_bytes(inplace_json, strlen(inplace_json), &need) == PK_OK);
+    CHECK(pk_graph_memory_bytes(graph_json, strlen(graph_json), &need_plain) == PK_OK);
+    CHECK(need == 64 + 64 + 64 && need_plain == 128 + 64 + 64);
+    pk_graph* g = NULL;
+    void* raw;
+    void* p = aligned_copy(params, PARAMS_LEN, &raw);
+    pk_status s = pk_graph_create(inplace_json, strlen(inplace_json), p, PARAMS_LEN, NULL, 0, &g);
+    CHECK_MSG(s == PK_OK, pk_last_error());
+    if (s == PK_OK) {
+        CHECK(pk_graph_set_input(g, 0, x_data, 16) == PK_OK && pk_graph_run(g) == PK_OK);
+        check_outputs(g);
+        CHECK(pk_graph_run(g) == PK_OK);
+        check_outputs(g);
+        pk_graph_destroy(g);
+    }
+    free(raw);
 }
 
 static void test_valid(void) {
@@ -224,17 +267,42 @@ static const mutation graph_mutations[] = {
     {"'name':'x'", "'name':'x\x01'", "control character"},
     {"'name':'x'", "'name':'x\\u0000'", "\\u0000"},
     {"'name':'x'", "'name':'x\\q'", "bad escape"},
+    {"[0,1,2,3,2,4]", "[0,1,2,3,3,4]", "entry 4 (node 4 'add2') overlaps entry 3"},
+    {"'num_outputs':1}],", "'num_outputs':1,'inplace':[[0,0]]}],",
+     "nodes[5].inplace[0]: output 0 may only overwrite"},
 };
 
-static void test_graph_mutations(void) {
+/* Forged in-place declarations and overlaps of the in-place graph: each must be refused. */
+static const mutation inplace_mutations[] = {
+    {",'inplace':[[0,0]]}", "}", "entry 3 (node 3 'relu1') overlaps entry 2"},
+    {",'inplace':[[0,0]]},{'op':'kernel','name':'relu2'", "},{'op':'kernel','name':'relu2'",
+     "entry 4 (node 4 'add2') overlaps entry 3"},
+    {"'inplace':[[0,0]]", "'inplace':[[0,1]]", "nodes[3].inplace[0]: expected [output, input]"},
+    {"'inplace':[[0,0]]", "'inplace':[[1,0]]", "nodes[3].inplace[0]: expected [output, input]"},
+    {"'inplace':[[0,0]]", "'inplace':[[0,0],[0,0]]", "nodes[3].inplace[1]: expected"},
+    {"'inplace':[[0,0]]", "'inplace':[[0]]", "nodes[3].inplace[0]: expected"},
+    {"'inplace':[[0,0]]", "'inplace':{}", "nodes[3].inplace: expected an array"},
+    {"'op':'input','name':'x','inputs':[]", "'op':'input','name':'x','inputs':[],'inplace':[]",
+     "nodes[0].inplace: expected an array (kernels only)"},
+    {"'inputs':[[3,0],[1,0]],'num_outputs':1,'inplace':[[0,0]]",
+     "'inputs':[[3,0],[1,0]],'num_outputs':1,'inplace':[[0,1]]",
+     "nodes[4].inplace[0]: output 0 may only overwrite input 1"},
+    {"'shape':[[4],[4],[4],[4]", "'shape':[[4],[4],[4],[2]", "nodes[3].inplace[0]: output 0"},
+    {"[0,1,2,2,2,3]", "[0,1,2,2,3,3]", "used by several entries"},
+    {"[[3,0],[1,0]]", "[[2,0],[1,0]]", "node 4 reads entry 2, but its storage 2 was overwritten"},
+    {"[[3,0],[1,0]]", "[[3,0],[3,0]]", "argument 2 overlaps argument 1"},
+    {"'heads':[[5,0],[4,0]]", "'heads':[[5,0],[3,0]]", "head 1 reads entry 3"},
+};
+
+static void check_mutations(const char* json, const mutation* mutations, size_t count) {
     void* raw;
     void* p = aligned_copy(params, PARAMS_LEN, &raw);
-    for (size_t i = 0; i < sizeof graph_mutations / sizeof graph_mutations[0]; i++) {
-        const mutation* m = &graph_mutations[i];
+    for (size_t i = 0; i < count; i++) {
+        const mutation* m = &mutations[i];
         char src[4096], from[256], to[512];
         quote(m->from, from);
         quote(m->to, to);
-        int ok = test_replace(graph_json, from, to, src, sizeof src);
+        int ok = test_replace(json, from, to, src, sizeof src);
         CHECK_MSG(ok, m->from);
         pk_graph* g = NULL;
         pk_status s = pk_graph_create(src, strlen(src), p, PARAMS_LEN, NULL, 0, &g);
@@ -246,6 +314,12 @@ static void test_graph_mutations(void) {
         pk_graph_destroy(g);
     }
     free(raw);
+}
+
+static void test_graph_mutations(void) {
+    check_mutations(graph_json, graph_mutations, sizeof graph_mutations / sizeof *graph_mutations);
+    check_mutations(inplace_json, inplace_mutations,
+                    sizeof inplace_mutations / sizeof *inplace_mutations);
 }
 
 /* Deep nesting must be refused by the depth limit, not by the stack. */
@@ -327,45 +401,62 @@ static int try_graph(const char* json, size_t json_len, const unsigned char* par
     return s == PK_OK;
 }
 
-static void test_truncation(void) {
-    size_t n = strlen(graph_json);
+static void truncate_json(const char* json) {
+    size_t n = strlen(json);
     for (size_t len = 0; len < n; len++) {
         char* copy = malloc(len + 1); /* exact size: ASAN catches any read past len */
-        memcpy(copy, graph_json, len);
+        memcpy(copy, json, len);
         CHECK(!try_graph(copy, len, params, PARAMS_LEN));
         free(copy);
     }
+}
+
+static void test_truncation(void) {
+    size_t n = strlen(graph_json);
+    truncate_json(graph_json);
+    truncate_json(inplace_json);
     for (size_t len = 0; len < PARAMS_LEN; len++)
         CHECK(!try_graph(graph_json, n, params, len));
 }
 
-static void test_bit_flips(void) {
-    size_t n = strlen(graph_json);
+/* Flips 1 to 3 bits of `src` `iters` times; returns how many variants still loaded. */
+static int flip_json(const char* src, int iters) {
+    size_t n = strlen(src);
     char* json = malloc(n);
-    unsigned char par[PARAMS_LEN];
-    int loaded_json = 0, loaded_par = 0;
-    test_rng = 12345;
-    for (int iter = 0; iter < 20000; iter++) {
-        memcpy(json, graph_json, n);
+    int loaded = 0;
+    for (int iter = 0; iter < iters; iter++) {
+        memcpy(json, src, n);
         for (int k = 1 + (int)(test_rand() % 3); k > 0; k--)
             json[test_rand() % n] ^= (char)(1u << (test_rand() % 8));
-        loaded_json += try_graph(json, n, params, PARAMS_LEN);
+        loaded += try_graph(json, n, params, PARAMS_LEN);
     }
+    free(json);
+    return loaded;
+}
+
+static void test_bit_flips(void) {
+    unsigned char par[PARAMS_LEN];
+    int loaded_par = 0;
+    test_rng = 12345;
+    int loaded_json = flip_json(graph_json, 20000);
+    int loaded_inplace = flip_json(inplace_json, 10000);
     for (int iter = 0; iter < 20000; iter++) {
         memcpy(par, params, PARAMS_LEN);
         for (int k = 1 + (int)(test_rand() % 3); k > 0; k--)
             par[test_rand() % PARAMS_LEN] ^= (unsigned char)(1u << (test_rand() % 8));
-        loaded_par += try_graph(graph_json, n, par, PARAMS_LEN);
+        loaded_par += try_graph(graph_json, strlen(graph_json), par, PARAMS_LEN);
     }
-    printf("bit flips: %d/20000 graph.json and %d/20000 params.bin variants still loaded\n",
-           loaded_json, loaded_par);
-    free(json);
+    printf("bit flips: %d/20000 graph.json, %d/10000 in-place graph.json and %d/20000 "
+           "params.bin variants still loaded\n",
+           loaded_json, loaded_inplace, loaded_par);
 }
 
 int main(void) {
     quote(graph_src, graph_json);
+    quote(inplace_src, inplace_json);
     build_params(params);
     test_valid();
+    test_inplace();
     test_memory_and_alignment();
     test_kernel_failure();
     test_graph_mutations();

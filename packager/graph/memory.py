@@ -56,7 +56,7 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     blocks = [_block(graph, live, names) for names in buffers]
     offsets, arena = place(blocks)
     storage, storage_of = _io_storage(graph)
-    for names, block, offset in zip(buffers, blocks, offsets, strict=True):
+    for names, offset in zip(buffers, offsets, strict=True):
         for name in names:
             storage_of[name] = len(storage)
         storage.append({"kind": "arena", "bytes": _nbytes(graph, names), "offset": offset})

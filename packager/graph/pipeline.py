@@ -11,16 +11,34 @@ from dataclasses import dataclass, field
 
 from ..boards import Board
 from .ir import Graph
+from .passes.dce import dce
+from .passes.fold_constants import fold_constants
+from .passes.fold_scale_shift import fold_scale_shift
+from .passes.fuse import fuse
+from .passes.layout import layout_pass
+from .passes.remove_identity import remove_identity
 
 
 @dataclass
 class PassContext:
     board: Board | None = None
     disabled: set[str] = field(default_factory=set)
+    # Channel block of the NCHW{x}c layout; None: the board's float lanes per vector,
+    # 0 or 1: no blocking (the same as disabling "layout").
+    layout_block: int | None = None
 
 
 # (name, function) in the order they run.
-PASSES: list[tuple[str, object]] = []
+PASSES: list[tuple[str, object]] = [
+    ("remove_identity", remove_identity),
+    ("fold_constants", fold_constants),
+    ("fold_scale_shift", fold_scale_shift),  # on NCHW weights, before layout packs them
+    ("dce", dce),
+    ("layout", layout_pass),  # after folding (weights are final), before fusion
+    ("fold_constants", fold_constants),  # what layout made of constants (same name: one switch)
+    ("dce", dce),
+    ("fuse", fuse),  # last: every later step sees fused nodes as single kernels
+]
 
 
 def optimize(graph: Graph, ctx: PassContext) -> Graph:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import expr as te
 from ..graph.ir import np_dtype
+from . import expr as te
 
 _BIN = {
     "+": np.add,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .expr import ComputeOp, IterVar, Tensor, Var
+from .expr import ComputeOp, Const, IterVar, Load, Tensor, Var, children
 
 
 @dataclass(eq=False)
@@ -213,10 +213,83 @@ def create_schedule(outs) -> Schedule:
 
 
 def default_schedule(outs) -> Schedule:
-    """The safe default for any op: inline every non-output elementwise stage (no
-    reduce axes), keep reductions at root, no loop transforms."""
+    """The safe default for any op or fused group: inline every non-output stage
+    without reduce axes; compute a reduction inside the loop nest of the one stage
+    that reads it element for element (so it needs no whole-tensor buffer), else at
+    root; no loop transforms."""
     sch = create_schedule(outs)
     for st in sch.stages:
         if not st.is_output and not st.op.reduce_axis:
             st.compute_inline()
+    for st in sch.stages:
+        if not st.is_output and st.op.reduce_axis:
+            _attach_to_sole_reader(sch, st)
     return sch
+
+
+def _attach_to_sole_reader(sch: Schedule, st: Stage) -> None:
+    """compute_at ``st`` at the innermost data loop of its only non-inlined reader when
+    that reader loads it at the reader's own index: then each iteration needs exactly
+    one element, so nothing is computed twice."""
+    readers = [r for r in sch.stages if r.attach_type != "inline" and _reads(sch, r, st.tensor)]
+    if len(readers) != 1:
+        return
+    reader = readers[0]
+    data = [iv for iv in reader.leaf_iter_vars if iv.kind == "data"]
+    if not data or reader.leaf_iter_vars[: len(data)] != data:
+        return
+    if _reads(sch, reader, st.tensor) == "own_index":
+        st.compute_at(reader, data[-1])
+
+
+def _reads(sch: Schedule, reader: Stage, target: Tensor) -> str | None:
+    """How ``reader`` (with its inlined producers) loads ``target``: None (never),
+    "own_index" (only at its own output index), or "other"."""
+    return _loads_of(sch, reader.op, target, {})
+
+
+def _loads_of(sch: Schedule, op: ComputeOp, target: Tensor, memo: dict) -> str | None:
+    if id(op) in memo:
+        return memo[id(op)]
+    found = None
+    for n in _loads(op.body):
+        if n.tensor is target:
+            kind = "own_index"
+        else:
+            st = sch.stage_of(n.tensor)
+            if st is None or st.attach_type != "inline":
+                continue
+            kind = _loads_of(sch, st.op, target, memo)
+            if kind is None:
+                continue
+        if kind == "other" or not _is_own_index(n, op):
+            found = "other"
+            break
+        found = "own_index"
+    memo[id(op)] = found
+    return found
+
+
+def _loads(e) -> list[Load]:
+    """The distinct Load nodes under ``e`` (shared subtrees visited once)."""
+    out, seen, stack = [], set(), [e]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if isinstance(n, Load):
+            out.append(n)
+        stack.extend(children(n))
+    return out
+
+
+def _is_own_index(load: Load, op: ComputeOp) -> bool:
+    """``load`` reads at ``op``'s output index: each index is the matching axis
+    variable, or 0 along an axis of extent 1 (broadcast loads write it so)."""
+    if len(load.indices) != len(op.axis) or load.tensor.shape != tuple(iv.extent for iv in op.axis):
+        return False
+    return all(
+        i is iv.var or (iv.extent == 1 and isinstance(i, Const) and i.value == 0)
+        for i, iv in zip(load.indices, op.axis, strict=True)
+    )

@@ -13,7 +13,6 @@ from packager import te
 from packager.codegen import build_kernel
 from packager.graph.ir import np_dtype
 from packager.ops.registry import get_op
-
 from packager.te.evaluator import evaluate
 
 

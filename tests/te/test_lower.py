@@ -66,7 +66,31 @@ def test_default_schedule_keeps_reductions_and_outputs():
     E = te.compute((4,), lambda i: R[i] * 2.0, name="E")
     F = te.compute((4,), lambda i: E[i] + 1.0, name="F")
     s = te.default_schedule([E, F])
-    assert s[R].attach_type == "root" and s[E].attach_type == "root"
+    # R is read only by E, at E's own index: computed inside E's loop, no buffer.
+    assert s[R].attach_type == "scope" and s[R].attach_stage is s[E]
+    assert s[E].attach_type == "root"
+
+
+def test_default_schedule_keeps_broadcast_reductions_at_root():
+    """A reduction read at another index (here broadcast along j) would be recomputed
+    per element inside the reader's loop: it stays at root."""
+    A = te.placeholder((4, 5), name="A")
+    k = te.reduce_axis(5, "k")
+    R = te.compute((4,), lambda i: te.max_reduce(A[i, k], k), name="R")
+    E = te.compute((4, 5), lambda i, j: A[i, j] - R[i], name="E")
+    assert te.default_schedule(E)[R].attach_type == "root"
+
+
+def test_default_schedule_sees_through_inlined_stages():
+    A = te.placeholder((1, 3, 4), name="A")
+    k = te.reduce_axis(4, "k")
+    R = te.compute((1, 3, 4), lambda n, c, i: te.sum(A[n, c, k] * A[n, c, i], k), name="R")
+    B = te.compute((1, 3, 4), lambda n, c, i: R[0, c, i] + 1.0, name="B")  # inlined
+    E = te.compute((1, 3, 4), lambda n, c, i: B[n, c, i] * 2.0, name="E")
+    s = te.default_schedule(E)
+    assert s[B].attach_type == "inline" and s[R].attach_stage is s[E]
+    src = codegen_c(te.lower(s, [A, E], "k"))
+    assert "R[12]" not in src and "R[1]" in src  # a one-element local, not the tensor
 
 
 def test_deterministic_source():

@@ -1,0 +1,1 @@
+"""Graph passes: each module holds one pass, a function ``(graph, ctx) -> graph``."""

@@ -1,0 +1,163 @@
+"""The board commands of the CLI (run, deploy, bench, clean, boards --ping): thin shells over
+packager.remote.target, which hides whether the board is this machine or devices over SSH."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import PackagerError
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def open_target(args, board_name: str):
+    from .boards import load_board
+    from .remote.ssh import Limits
+    from .remote.target import open_target as open_
+
+    if args.retries < 0 or args.timeout <= 0 or args.connect_timeout <= 0:
+        raise PackagerError("--retries must be >= 0, --timeout and --connect-timeout > 0")
+    limits = Limits(
+        connect_timeout_s=args.connect_timeout,
+        command_timeout_s=args.timeout,
+        retries=args.retries,
+    )
+    return open_(load_board(board_name), limits, args.trust_on_first_use, log)
+
+
+def cmd_run(args) -> int:
+    from .cli import parse_input
+
+    inputs = dict(parse_input(s) for s in args.input or [])
+    target = open_target(args, args.board)
+    try:
+        r = target.run(Path(args.bundle), inputs, args.output_dir, args.repeat, args.timeout)
+    finally:
+        target.close()
+    sys.stdout.write(r.stdout)
+    sys.stderr.write(r.stderr)
+    return r.returncode
+
+
+def cmd_deploy(args) -> int:
+    target = open_target(args, args.board)
+    try:
+        lines, summary = target.deploy(Path(args.bundle))
+    finally:
+        target.close()
+    for line in lines:
+        print(f"{line.device}: {line.text}")
+    for s in summary:
+        log(s)
+    if any(line.selftest_failed for line in lines):
+        return 3  # as run_bundle --selftest: the bundle gives wrong answers on the board
+    return 0 if all(line.ok for line in lines) else 2
+
+
+def cmd_bench(args) -> int:
+    if args.repeat < 1:
+        raise PackagerError(f"--repeat {args.repeat}: expected an integer >= 1")
+    target = open_target(args, args.board)
+    try:
+        rows, summary = target.bench([Path(b) for b in args.bundles], args.repeat, args.timeout)
+    finally:
+        target.close()
+    for s in summary:
+        log(s)
+    for row in rows:  # one JSON line per bundle: the last line has median_ms, as `run`
+        print(json.dumps(row))
+    return 0
+
+
+def cmd_clean(args) -> int:
+    target = open_target(args, args.board)
+    try:
+        for line in target.clean():
+            print(line)
+    finally:
+        target.close()
+    return 0
+
+
+def ping(args) -> int:
+    target = open_target(args, args.ping)
+    try:
+        rows = target.ping()
+    finally:
+        target.close()
+    for r in rows:
+        if not r["reachable"]:
+            print(f"{r['device']}: UNREACHABLE: {r['error']}")
+            continue
+        extra = [f"host key {r['host_key']}"] if "host_key" in r else []
+        extra += [f"rtt {r['rtt_ms']} ms"] if "rtt_ms" in r else []
+        print(f"{r['device']}: reachable, arch {r['arch']}" + "".join(f", {e}" for e in extra))
+    return 0 if all(r["reachable"] for r in rows) else 2
+
+
+def add_connection_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="kill a remote command (and its process group) after S seconds (default 600)",
+    )
+    p.add_argument("--connect-timeout", type=float, default=10.0, metavar="S", help="default 10")
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=3,
+        metavar="N",
+        help="reconnect N times, with backoff, when a connection drops (default 3)",
+    )
+    p.add_argument(
+        "--trust-on-first-use",
+        action="store_true",
+        help="accept an unknown host key and record it in known_hosts (a changed key is "
+        "always refused)",
+    )
+
+
+def add_parsers(sub) -> None:
+    """deploy, bench and clean; `run` and `boards` add their own options with the helpers."""
+    d = sub.add_parser(
+        "deploy",
+        help="copy a bundle to a board over SSH, build it, self-test it there",
+        description="Upload OUT to every device of BOARD over SFTP (files whose sha256 "
+        "already matches are skipped) into a temporary directory, verify the hashes, build "
+        "(cross-compiled on this machine, or on the device if the profile says so), move it "
+        "into place, then run `run_bundle --selftest` on the device. A failed deploy never "
+        "leaves a bundle that looks complete. Exit 3 if a selftest fails.",
+    )
+    d.add_argument("bundle", metavar="OUT")
+    d.add_argument("--board", required=True)
+    add_connection_options(d)
+    d.set_defaults(fn=cmd_deploy)
+
+    b = sub.add_parser(
+        "bench",
+        help="time bundles on a board (the devices of a pool share the work)",
+        description="Run each bundle's selftest, then time --repeat runs of it, on the "
+        "board's devices in parallel. Prints one JSON line per bundle (median_ms, min_ms, "
+        "mean_ms, repeat, device); stderr says which device did what.",
+    )
+    b.add_argument("bundles", nargs="+", metavar="OUT")
+    b.add_argument("--board", required=True)
+    b.add_argument("--repeat", type=int, default=20, metavar="N", help="default 20")
+    add_connection_options(b)
+    b.set_defaults(fn=cmd_bench)
+
+    c = sub.add_parser(
+        "clean",
+        help="remove the work directory on a board's devices",
+        description="Remove connection.workdir on every device of BOARD.",
+    )
+    c.add_argument("--board", required=True)
+    add_connection_options(c)
+    c.set_defaults(fn=cmd_clean)

@@ -1,0 +1,111 @@
+"""2-D convolution in the blocked layout NCHW{x}c (see layout.py).
+
+Inputs:
+  data    (N, C/x, H, W, x), or (N, C, H, W): plain NCHW, read as block 1 (the first
+          conv of a network, whose 3 input channels would not fill a block)
+  weight  (OC/y, Cg/xw, KH, KW, xw, y), packed at package time from (OC, Cg, KH, KW):
+          packed[ob, cb, kh, kw, ci, oi] = w[ob*y + oi, cb*xw + ci, kh, kw]
+  bias    optional, (OC/y, y)
+Output (N, OC/y, OH, OW, y). attrs: strides, dilations, pads (begins, then ends),
+groups.
+
+Groups: every group must start on a block boundary (Cg % xw == 0 and OC/groups % y
+== 0), so a group's inputs are whole blocks; depthwise convs (one input and one output
+channel per group) instead read the input block of their own output block (x == y,
+xw == 1). The output block is the innermost axis, contiguous in both the output and
+the packed weight, so a schedule can vectorize it.
+"""
+
+from __future__ import annotations
+
+from .. import te
+from ._window import out_len, reduce_axes, split_pads, window_index
+from .pad import pad_tensor
+from .registry import register_op
+
+
+class _Shapes:
+    """The blocking of one conv, read off its input and packed weight shapes."""
+
+    def __init__(self, x: te.Tensor, w: te.Tensor, groups: int):
+        if x.ndim not in (4, 5) or w.ndim != 6:
+            raise ValueError(f"conv2d_nchwc: data {list(x.shape)}, weight {list(w.shape)}")
+        self.x_block = x.shape[4] if x.ndim == 5 else 1
+        self.w_block, self.y = w.shape[4], w.shape[5]
+        self.cg = w.shape[1] * self.w_block  # input channels per group
+        self.mg = w.shape[0] * self.y // groups  # output channels per group
+        self.depthwise = groups > 1 and self.cg == 1 and self.mg == 1
+        self.groups = groups
+        self._check(x, w)
+
+    def _check(self, x, w):
+        if self.depthwise:
+            ok = self.x_block == self.y and self.w_block == 1
+        else:
+            ok = self.w_block == self.x_block and (self.groups == 1 or self.mg % self.y == 0)
+        channels = x.shape[1] * self.x_block
+        if not ok or channels != self.cg * self.groups:
+            raise ValueError(
+                f"conv2d_nchwc: weight {list(w.shape)} with groups={self.groups} "
+                f"does not fit data {list(x.shape)}"
+            )
+
+
+def _load(xp: te.Tensor, n, cb, ci, ih, iw):
+    return xp[(n, cb, ih, iw, ci)] if xp.ndim == 5 else xp[(n, cb, ih, iw)]
+
+
+def _bias(out: te.Tensor, inputs) -> te.Tensor:
+    if len(inputs) < 3 or inputs[2] is None:
+        return out
+    b = inputs[2]
+    return te.compute(
+        out.shape,
+        lambda n, ob, oh, ow, oi: out[(n, ob, oh, ow, oi)] + b[(ob, oi)],
+        name="conv_nchwc_bias",
+        tag="bias_add",
+    )
+
+
+@register_op("conv2d_nchwc", "out_elemwise_fusable")
+def conv2d_nchwc(inputs, attrs):
+    x, w = inputs[0], inputs[1]
+    groups = int(attrs.get("groups", 1))
+    sh = _Shapes(x, w, groups)
+    strides = list(attrs.get("strides") or [1, 1])
+    dilations = list(attrs.get("dilations") or [1, 1])
+    before, after = split_pads(attrs.get("pads"), 2)
+    tail = [0] * (x.ndim - 4)  # the block axis is never padded
+    xp = pad_tensor(x, [0, 0, *before, *tail], [0, 0, *after, *tail], name="conv_pad")
+    kernel = w.shape[2:4]
+    spatial = [
+        out_len(x.shape[2 + i], kernel[i], strides[i], dilations[i], before[i], after[i])
+        for i in range(2)
+    ]
+    rk = reduce_axes(kernel, "rk")
+    # Depthwise convs reduce over the window only; others over whole input blocks too.
+    rcb = None if sh.depthwise else te.reduce_axis(w.shape[1], "rcb")
+    rci = te.reduce_axis(sh.w_block, "rci") if sh.w_block > 1 else None
+    blocks_per_group = w.shape[1]
+    out_blocks_per_group = max(sh.mg // sh.y, 1)
+
+    def f(n, ob, oh, ow, oi):
+        ih = window_index(oh, rk[0], strides[0], dilations[0])
+        iw = window_index(ow, rk[1], strides[1], dilations[1])
+        if sh.depthwise:
+            cb, ci, wcb, wci = ob, oi, 0, 0
+        else:
+            cb = rcb if groups == 1 else (ob // out_blocks_per_group) * blocks_per_group + rcb
+            ci = wci = rci if rci is not None else 0
+            wcb = rcb
+        axes = [a for a in (rcb, *rk, rci) if a is not None]
+        return te.sum(_load(xp, n, cb, ci, ih, iw) * w[(ob, wcb, *rk, wci, oi)], axes)
+
+    out = te.compute(
+        [x.shape[0], w.shape[0], *spatial, sh.y],
+        f,
+        name="conv_nchwc",
+        tag="conv",
+        attrs={"groups": groups, "strides": strides, "dilations": dilations},
+    )
+    return [_bias(out, inputs)]
