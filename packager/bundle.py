@@ -94,6 +94,17 @@ def registry_source(kernels: list[Kernel]) -> str:
     return "\n".join(lines)
 
 
+def runtime_settings(compiled) -> str:
+    """bundle.cmake: the runtime's build settings from the board profile."""
+    pins = ",".join(str(c) for c in compiled.pin_cores)
+    return (
+        "# Runtime settings from the board profile, read by CMakeLists.txt (and by the\n"
+        "# packager's own builds). PK_NUM_THREADS 1 builds without pthreads.\n"
+        f"set(PK_NUM_THREADS {compiled.threads})\n"
+        f'set(PK_PIN_CORES "{pins}")\n'
+    )
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -148,6 +159,7 @@ def write_bundle_files(
         else:
             shutil.copyfile(src, runtime / part)
     shutil.copyfile(C_RUNTIME / "bundle" / "CMakeLists.txt", root / "CMakeLists.txt")
+    (root / "bundle.cmake").write_text(runtime_settings(compiled))
     for rel, text in sorted((extra_files or {}).items()):
         (root / rel).write_text(text)
     if selftest is not None:

@@ -16,7 +16,8 @@ from .codegen.c import codegen_c
 from .errors import PackagerError
 from .graph.ir import Graph, Node
 from .graph.memory import MemoryPlan
-from .ops.registry import get_op
+from .ops.knobs import Config
+from .ops.registry import ScheduleContext, get_op
 from .te.alias import allow_alias
 from .te.schedule import default_schedule
 
@@ -62,32 +63,57 @@ def _structure(node: Node) -> list:
     return ["fused", inner, [ids[o] for o in node.outputs]]
 
 
-def node_computes(node: Node, graph: Graph) -> tuple[list[te.Tensor], list[te.Tensor]]:
-    """Placeholders for the node's inputs and its output tensors. A fused node builds
-    each inner op's compute on the tensors of its inputs, so the group is one tensor
+ANCHORS = ("out_elemwise_fusable", "reduction")
+
+
+def node_computes(node: Node, graph: Graph):
+    """Placeholders for the node's inputs, its output tensors, and its anchor: (op name,
+    attrs, tensor) of the op whose schedule template applies. A fused node builds each
+    inner op's compute on the tensors of its inputs, so the group is one tensor
     expression and its schedule can inline producers into consumers."""
     args = [
         te.placeholder(graph.values[i].shape, graph.values[i].dtype, f"in{k}")
         for k, i in enumerate(node.inputs)
     ]
     if node.op != "fused":
-        return args, list(get_op(node.op).compute(args, node.attrs))
+        outs = list(get_op(node.op).compute(args, node.attrs))
+        return args, outs, (node.op, node.attrs, outs[0])
     env = dict(zip(node.inputs, args, strict=True))
+    anchor = None
     for n in node.attrs["nodes"]:
         outs = get_op(n["op"]).compute([env[i] for i in n["inputs"]], n["attrs"])
         env.update(zip(n["outputs"], outs, strict=True))
-    return args, [env[o] for o in node.outputs]
+        if anchor is None and get_op(n["op"]).pattern in ANCHORS:
+            anchor = (n["op"], n["attrs"], outs[0])
+    outs = [env[o] for o in node.outputs]
+    return args, outs, anchor or (None, {}, outs[0])
 
 
-def lower_node(node: Node, graph: Graph, func: str, target: str = "cpu", inplace=()) -> Kernel:
+def schedule_for(outs, anchor, target: str, board=None, knobs: dict | None = None):
+    """The anchor op's template for ``target`` if it has one, else the generic schedule."""
+    op, attrs, tensor = anchor
+    template = get_op(op).schedules.get(target) if op else None
+    if template is None:
+        return default_schedule(outs)
+    ctx = ScheduleContext(
+        outs,
+        tensor,
+        attrs,
+        Config(dict(knobs or {})),
+        vector_bits=board.vector_bits if board else 256,
+        cores=board.cores if board else 1,
+    )
+    return template(ctx)
+
+
+def lower_node(
+    node: Node, graph: Graph, func: str, target: str = "cpu", inplace=(), board=None
+) -> Kernel:
     """``inplace``: (output position, input position) pairs the memory plan lets share
     a buffer; the kernel is checked to allow it and generated without ``restrict`` there."""
     with te.fresh_names():
-        args, outs = node_computes(node, graph)
-    # A fused group takes the generic schedule (inline, reductions at their reader);
-    # an op's own template is written for the op alone.
-    schedule = get_op(node.op).schedules.get(target) if node.op != "fused" else None
-    sch = schedule(outs, node.attrs) if schedule else default_schedule(outs)
+        args, outs, anchor = node_computes(node, graph)
+    sch = schedule_for(outs, anchor, target, board)
     try:
         prim = allow_alias(te.lower(sch, args + outs, func), inplace, len(args))
     except Exception as e:
@@ -96,7 +122,11 @@ def lower_node(node: Node, graph: Graph, func: str, target: str = "cpu", inplace
 
 
 def lower_graph(
-    graph: Graph, plan: MemoryPlan | None = None, target: str = "cpu", progress=None
+    graph: Graph,
+    plan: MemoryPlan | None = None,
+    target: str = "cpu",
+    progress=None,
+    board=None,
 ) -> tuple[list[Kernel], list[str]]:
     """Kernels (unique) and, per node, the name of the function it calls."""
     by_key: dict[str, Kernel] = {}
@@ -106,7 +136,7 @@ def lower_graph(
         key = kernel_key(node, graph, inplace.get(k, ()))
         if key not in by_key:
             name = f"k_{len(by_key)}_{_label(node)}"
-            by_key[key] = lower_node(node, graph, name, target, inplace.get(k, ()))
+            by_key[key] = lower_node(node, graph, name, target, inplace.get(k, ()), board)
         funcs.append(by_key[key].func)
         if progress:
             progress(k + 1, len(graph.nodes))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -53,6 +54,21 @@ def compile_object(
     return obj
 
 
+def thread_flags(bundle: Path) -> list[str]:
+    """The defines CMakeLists.txt derives from bundle.cmake, for builds without CMake."""
+    path = bundle / "bundle.cmake"
+    text = path.read_text() if path.exists() else ""
+    threads = re.search(r"set\(PK_NUM_THREADS (\d+)\)", text)
+    pins = re.search(r'set\(PK_PIN_CORES "([0-9,]*)"\)', text)
+    if not threads or int(threads.group(1)) <= 1:
+        return []
+    return [
+        "-DPK_USE_THREADS",
+        f"-DPK_NUM_THREADS={threads.group(1)}",
+        f'-DPK_PIN_CORES="{pins.group(1) if pins else ""}"',
+    ]
+
+
 def build_run_bundle(bundle: Path, cc: str = "cc", cflags=CFLAGS, jobs: int | None = None) -> Path:
     """Compile the bundle's kernels and runtime and link ``bundle/build/run_bundle``."""
     rt = bundle / "runtime"
@@ -60,7 +76,7 @@ def build_run_bundle(bundle: Path, cc: str = "cc", cflags=CFLAGS, jobs: int | No
     salt = _headers_digest(includes)
     sources = sorted((bundle / "kernels").glob("*.c")) + sorted((rt / "src").glob("*.c"))
     sources += sorted((rt / "tools").glob("*.c"))
-    flags = list(cflags)
+    flags = list(cflags) + thread_flags(bundle)
     with ThreadPoolExecutor(jobs or os.cpu_count() or 2) as pool:
         objs = list(pool.map(lambda s: compile_object(s, cc, flags, includes, salt), sources))
     out = bundle / "build"

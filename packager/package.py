@@ -30,6 +30,8 @@ class Compiled:
     plan: MemoryPlan
     kernels: list[Kernel]
     funcs: list[str]  # per node, the kernel it calls
+    threads: int = 1  # the runtime's default thread count (the board's cores)
+    pin_cores: tuple[int, ...] = ()  # cores the threads run on (big cores), if any
 
 
 def compile_model(
@@ -46,9 +48,18 @@ def compile_model(
     say(f"imported {len(model.graph.node)} ONNX nodes -> {len(graph.nodes)} ops")
     graph = optimize(graph, PassContext(board, set(disabled_passes or ())))
     plan = plan_memory(graph)
-    kernels, funcs = lower_graph(graph, plan, progress=_progress(say, "lowering"))
+    kernels, funcs = lower_graph(
+        graph, plan, progress=_progress(say, "lowering"), board=board or _host()
+    )
     say(f"generated {len(kernels)} kernels ({time.perf_counter() - t0:.1f}s)")
-    return Compiled(graph, plan, kernels, funcs)
+    board = board or _host()
+    return Compiled(graph, plan, kernels, funcs, board.cores, tuple(board.big_cores))
+
+
+def _host() -> Board:
+    from .boards import load_board
+
+    return load_board("host")
 
 
 def make_selftest(model, graph: Graph, seed: int = 0):

@@ -87,6 +87,13 @@ int32_t pk_graph_output_index(const pk_graph* g, const char* name); /* -1 if non
  * across runs; running before every input was set once is PK_ERR_ARG. */
 pk_status pk_graph_set_input(pk_graph* g, int32_t i, const void* data, size_t bytes);
 pk_status pk_graph_run(pk_graph* g);
+/* Like pk_graph_run, and adds each node's time (clock_ms: milliseconds from any origin, e.g. a
+ * monotonic clock) to node_ms[n], an array of pk_graph_num_nodes entries. */
+pk_status pk_graph_run_profiled(pk_graph* g, double (*clock_ms)(void), double* node_ms);
+/* Nodes in execution order: names, and for kernel nodes the generated function (else NULL). */
+int32_t pk_graph_num_nodes(const pk_graph* g);
+const char* pk_graph_node_name(const pk_graph* g, int32_t n);
+const char* pk_graph_node_func(const pk_graph* g, int32_t n);
 /* Copies output i (bytes must equal its size) into dst. */
 pk_status pk_graph_get_output(const pk_graph* g, int32_t i, void* dst, size_t bytes);
 

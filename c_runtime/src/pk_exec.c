@@ -268,7 +268,8 @@ pk_status pk_graph_set_input(pk_graph* g, int32_t i, const void* data, size_t by
     return PK_OK;
 }
 
-pk_status pk_graph_run(pk_graph* g) {
+/* Runs every kernel in order; with a clock, adds each node's time to node_ms[n]. */
+static pk_status run_nodes(pk_graph* g, double (*clock_ms)(void), double* node_ms) {
     if (!g) return pk_fail(PK_ERR_ARG, "run: graph is NULL");
     for (int32_t i = 0; i < g->num_inputs; i++)
         if (!g->input_set[i])
@@ -277,12 +278,36 @@ pk_status pk_graph_run(pk_graph* g) {
     for (int32_t n = 0; n < g->num_nodes; n++) {
         const pk_node* node = &g->nodes[n];
         if (node->op != PK_NODE_KERNEL) continue;
+        double start = clock_ms ? clock_ms() : 0;
         int32_t rc = node->fn(node->args);
+        if (clock_ms) node_ms[n] += clock_ms() - start;
         if (rc != 0)
             return pk_fail(PK_ERR_KERNEL, "run: node %d '%s' (func %s) failed with code %d", (int)n,
                            node->name, node->func, (int)rc);
     }
     return PK_OK;
+}
+
+pk_status pk_graph_run(pk_graph* g) {
+    return run_nodes(g, NULL, NULL);
+}
+
+pk_status pk_graph_run_profiled(pk_graph* g, double (*clock_ms)(void), double* node_ms) {
+    if (!clock_ms || !node_ms) return pk_fail(PK_ERR_ARG, "run_profiled: clock or times is NULL");
+    return run_nodes(g, clock_ms, node_ms);
+}
+
+int32_t pk_graph_num_nodes(const pk_graph* g) {
+    return g ? g->num_nodes : 0;
+}
+
+const char* pk_graph_node_name(const pk_graph* g, int32_t n) {
+    return (g && n >= 0 && n < g->num_nodes) ? g->nodes[n].name : NULL;
+}
+
+const char* pk_graph_node_func(const pk_graph* g, int32_t n) {
+    if (!g || n < 0 || n >= g->num_nodes || g->nodes[n].op != PK_NODE_KERNEL) return NULL;
+    return g->nodes[n].func;
 }
 
 pk_status pk_graph_get_output(const pk_graph* g, int32_t i, void* dst, size_t bytes) {

@@ -18,7 +18,7 @@ enum { EXIT_INTERNAL = 1, EXIT_BAD_INPUT = 2, EXIT_MISMATCH = 3 };
 
 static const char usage_text[] =
     "usage: run_bundle BUNDLE_DIR [--input NAME=FILE.npy]... [--output-dir DIR]\n"
-    "                  [--repeat N] [--selftest [--rtol R] [--atol A]]\n"
+    "                  [--repeat N [--profile]] [--selftest [--rtol R] [--atol A]]\n"
     "\n"
     "Loads BUNDLE_DIR/graph.json and BUNDLE_DIR/params.bin and runs the model once.\n"
     "\n"
@@ -29,6 +29,10 @@ static const char usage_text[] =
     "  --repeat N          after the first (warm-up) run, time N more runs; the last line of\n"
     "                      stdout is {\"median_ms\": x, \"min_ms\": y, \"mean_ms\": z, \"repeat\": "
     "N}\n"
+    "  --profile           with --repeat: before that line, print one JSON line\n"
+    "                      {\"nodes\": [{\"node\", \"name\", \"func\", \"median_ms\"}...]} with "
+    "each\n"
+    "                      kernel node's median time\n"
     "  --selftest          take inputs from BUNDLE_DIR/selftest/input_<i>.npy and compare the\n"
     "                      outputs with selftest/output_<i>.npy: floats pass when\n"
     "                      |got - want| <= atol + rtol * |want| (NaN equals NaN), other dtypes\n"
@@ -47,6 +51,7 @@ typedef struct {
     int num_inputs;
     const char* output_dir;
     long repeat;
+    int profile;
     int selftest;
     double rtol, atol;
     int have_rtol, have_atol;
@@ -83,6 +88,8 @@ static int parse_args(int argc, char** argv, options* o) {
             return 0;
         } else if (!strcmp(a, "--selftest")) {
             o->selftest = 1;
+        } else if (!strcmp(a, "--profile")) {
+            o->profile = 1;
         } else if (!strcmp(a, "--input") || !strcmp(a, "--output-dir") || !strcmp(a, "--repeat") ||
                    !strcmp(a, "--rtol") || !strcmp(a, "--atol")) {
             if (!v) return fail(EXIT_BAD_INPUT, "%s needs a value%s (see --help)", a, "");
@@ -112,6 +119,8 @@ static int parse_args(int argc, char** argv, options* o) {
         }
     }
     if (!o->bundle) return fail(EXIT_BAD_INPUT, "missing BUNDLE_DIR%s%s (see --help)", "", "");
+    if (o->profile && !o->repeat)
+        return fail(EXIT_BAD_INPUT, "--profile needs --repeat N%s%s", "", "");
     if (o->selftest && o->num_inputs)
         return fail(EXIT_BAD_INPUT, "--selftest takes its inputs from selftest/%s%s", "", "");
     return -1;
@@ -347,24 +356,73 @@ static int cmp_double(const void* a, const void* b) {
     return (x > y) - (x < y);
 }
 
-static int time_runs(pk_graph* g, long repeat) {
+static double median_of(double* t, long n) {
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
+static void print_json_string(const char* s) {
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+/* One JSON line: each kernel node's median time over the runs (node_ms: repeat rows). */
+static void print_profile(const pk_graph* g, double* node_ms, long repeat) {
+    int32_t nodes = pk_graph_num_nodes(g);
+    double* col = node_ms + (size_t)repeat * (size_t)nodes; /* scratch row */
+    printf("{\"nodes\": [");
+    int first = 1;
+    for (int32_t n = 0; n < nodes; n++) {
+        if (!pk_graph_node_func(g, n)) continue;
+        for (long r = 0; r < repeat; r++)
+            col[r] = node_ms[(size_t)r * (size_t)nodes + (size_t)n];
+        printf("%s{\"node\": %d, \"name\": ", first ? "" : ", ", (int)n);
+        print_json_string(pk_graph_node_name(g, n));
+        printf(", \"func\": ");
+        print_json_string(pk_graph_node_func(g, n));
+        printf(", \"median_ms\": %.6f}", median_of(col, repeat));
+        first = 0;
+    }
+    printf("]}\n");
+}
+
+static int time_runs(pk_graph* g, long repeat, int profile) {
+    size_t nodes = (size_t)pk_graph_num_nodes(g);
     double *t = malloc((size_t)repeat * sizeof *t), sum = 0;
-    if (!t) return fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
+    /* repeat rows of per-node times, plus one scratch row for the medians */
+    double* node_ms = profile ? calloc((size_t)repeat * (nodes + 1), sizeof *t) : NULL;
+    if (!t || (profile && !node_ms)) {
+        free(t);
+        free(node_ms);
+        return fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
+    }
     for (long i = 0; i < repeat; i++) {
         double start = now_ms();
-        pk_status s = pk_graph_run(g);
+        pk_status s = profile ? pk_graph_run_profiled(g, now_ms, node_ms + (size_t)i * nodes)
+                              : pk_graph_run(g);
         t[i] = now_ms() - start;
         sum += t[i];
         if (s) {
             free(t);
+            free(node_ms);
             return fail(status_exit(s), "%s%s", pk_last_error(), "");
         }
     }
-    qsort(t, (size_t)repeat, sizeof *t, cmp_double);
-    double median = repeat % 2 ? t[repeat / 2] : (t[repeat / 2 - 1] + t[repeat / 2]) / 2;
+    if (profile) print_profile(g, node_ms, repeat);
+    double mean = sum / (double)repeat, median = median_of(t, repeat);
     printf("{\"median_ms\": %.6f, \"min_ms\": %.6f, \"mean_ms\": %.6f, \"repeat\": %ld}\n", median,
-           t[0], sum / (double)repeat, repeat);
+           t[0], mean, repeat);
     free(t);
+    free(node_ms);
     return -1;
 }
 
@@ -381,7 +439,7 @@ static int run(const options* o) {
         rc = selftest(g, o);
         if (rc == EXIT_MISMATCH) mismatch = 1, rc = -1;
     }
-    if (rc < 0 && o->repeat > 0) rc = time_runs(g, o->repeat);
+    if (rc < 0 && o->repeat > 0) rc = time_runs(g, o->repeat, o->profile);
     pk_graph_destroy(g);
     fflush(stdout);
     return rc >= 0 ? rc : mismatch ? EXIT_MISMATCH : 0;

@@ -17,6 +17,29 @@ PATTERNS = ("elementwise", "broadcast", "injective", "reduction", "out_elemwise_
 
 
 @dataclass
+class ScheduleContext:
+    """What a schedule template sees.
+
+    outs: the kernel's output tensors (for a fused group, the last ops of the group);
+    anchor: the tensor of the op the template belongs to (== outs[0] for a lone op; for a
+    fused group the conv/matmul/reduction whose epilogue the outputs are); attrs: that
+    op's attributes; cfg: the knobs; vector_bits and cores: from the board.
+    """
+
+    outs: list
+    anchor: object
+    attrs: dict
+    cfg: object
+    vector_bits: int = 128
+    cores: int = 1
+
+    @property
+    def lanes(self) -> int:
+        """float32 lanes in one vector register."""
+        return max(1, self.vector_bits // 32)
+
+
+@dataclass
 class OpDef:
     name: str
     compute: Callable[[list[te.Tensor], dict], list[te.Tensor]]
@@ -42,7 +65,8 @@ def register_op(name: str, pattern: str):
 
 
 def register_schedule(name: str, target: str):
-    """Decorator for a schedule template ``fn(outs, attrs) -> te.Schedule`` of an op."""
+    """Decorator for a schedule template ``fn(ctx: ScheduleContext) -> te.Schedule`` of an
+    op; it also schedules fused groups anchored on the op."""
 
     def deco(fn):
         OPS[name].schedules[target] = fn

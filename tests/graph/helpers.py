@@ -49,7 +49,7 @@ def run_graph(graph: Graph, feeds: dict, compiled: bool = False) -> list[np.ndar
     env.update(feeds)
     for node in graph.nodes:
         with te.fresh_names():
-            args, outs = node_computes(node, graph)
+            args, outs, _ = node_computes(node, graph)
         ins = [np.asarray(env[i], order="C") for i in node.inputs]
         if compiled:
             func = te.lower(te.default_schedule(outs), args + outs, "k_test")
