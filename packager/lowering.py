@@ -94,7 +94,9 @@ def schedule_for(outs, anchor, target: str, board=None, knobs: dict | None = Non
     op, attrs, tensor = anchor
     template = get_op(op).schedules.get(target) if op else None
     if template is None:
-        return default_schedule(outs)
+        return default_schedule(
+            outs, board.vector_bits if board else 256, board.cores if board else 1
+        )
     ctx = ScheduleContext(
         outs,
         tensor,

@@ -452,6 +452,10 @@ class Renderer:
         names: dict[int, str] = {}
         printer = _Printer(self, names, vec)
         for n in shared:
+            # A lane-varying index is only ever a load's address, which is rendered
+            # from its lane-0 base; as a temp it would name the (undeclared) lane var.
+            if vec is not None and n.dtype == INDEX and printer.is_vec(n):
+                continue
             names[id(n)] = self.temp(printer.type_of(n), printer(n))
         out = [printer(r) for r in roots]
         if vec_root:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from .. import te
-from .registry import register_op
+from ..te.schedule import default_schedule
+from ._cpu import epilogue_stage, fallback, lanes_of
+from .registry import ScheduleContext, register_op, register_schedule
 
 
 def _batch_shape(a: tuple, b: tuple) -> list[int]:
@@ -89,3 +91,73 @@ def gemm(inputs, attrs):
         return v + (cv if beta == 1.0 else cv * te.const(beta, dt))
 
     return [te.compute([m, n], epilogue, name="gemm_epilogue", tag="elemwise")]
+
+
+# --- cpu schedule -------------------------------------------------------------------
+
+# Products with fewer multiply-adds than this run on one thread: waking the pool costs more.
+PARALLEL_MIN_MACS = 1 << 16
+
+
+def _tiles(ctx: ScheduleContext, m: int, n: int, lanes: int) -> tuple[int, int]:
+    """Register block: rows x (vectors of ``lanes``) accumulators, both dividing the
+    output so no tile needs a guard (which would block the vector loop)."""
+    rows = ctx.cfg.define_split("tile_m", m, 4, most=8)
+    cols = ctx.cfg.define_split("tile_n_vectors", n // lanes, 2, most=4)
+    return rows, cols * lanes
+
+
+def _block(st, i, j, rows: int, width: int, lanes: int):
+    """Tile (i, j) by rows x width, width in vectors of ``lanes``; returns the leaves
+    (io, jo, ii, jc, jl) after unrolling the block and vectorizing its lanes."""
+    io, jo, ii, ji = st.tile(i, j, rows, width)
+    jc, jl = st.split(ji, lanes)
+    st.unroll(ii)
+    st.unroll(jc)
+    st.vectorize(jl)
+    return io, jo, ii, jc, jl
+
+
+def _product(t: te.Tensor) -> te.Tensor:
+    """The sum of products itself: gemm's anchor is its alpha/beta epilogue when it has one."""
+    if t.op.reduce_axis:
+        return t
+    return next((x for x in t.op.input_tensors if getattr(x.op, "reduce_axis", ())), t)
+
+
+def _dense_cpu(ctx: ScheduleContext) -> te.Schedule:
+    """2-D products: each (rows x width) output tile accumulates in registers over the
+    whole k loop (k outside the block, lanes innermost), then the fused epilogue (bias,
+    activation, residual) runs on the tile before it is stored; parallel over tiles."""
+    acc = _product(ctx.anchor)
+    lanes = lanes_of(ctx, acc)
+    m, n = acc.shape if acc.ndim == 2 else (0, 0)
+    if not acc.op.reduce_axis or acc.ndim != 2 or lanes < 2 or n % lanes:
+        return fallback(ctx)
+    sch = default_schedule(ctx.outs)
+    out = epilogue_stage(ctx, sch) if ctx.outs[0] is not acc else sch[acc]
+    if out is None:
+        return fallback(ctx)
+    rows, width = _tiles(ctx, m, n, lanes)
+    io, jo, *_ = _block(out, *out.op.axis, rows, width, lanes)
+    if ctx.cores > 1 and m * n * acc.op.reduce_axis[0].extent >= PARALLEL_MIN_MACS:
+        jo = out.fuse(io, jo)
+        out.parallel(jo)
+    st = sch[acc]
+    if out is not st:
+        st.compute_at(out, jo)
+        i, j = st.op.axis
+        (k,) = st.op.reduce_axis
+        jc, jl = st.split(j, lanes)
+        st.reorder(k, i, jc, jl)
+        st.unroll(i)
+        st.unroll(jc)
+        st.vectorize(jl)
+    else:
+        (k,) = st.op.reduce_axis
+        st.reorder(k, *st.leaf_iter_vars[-4:-1])  # k outside the register block
+    return sch
+
+
+register_schedule("gemm", "cpu")(_dense_cpu)
+register_schedule("matmul", "cpu")(_dense_cpu)

@@ -12,9 +12,10 @@ is the last dim): the *_nchwc ops are the same computes under their own names.
 from __future__ import annotations
 
 from .. import te
+from ._cpu import blocked_reduce_schedule
 from ._window import out_len, reduce_axes, span, split_pads, window_index
 from .pad import pad_tensor
-from .registry import register_op
+from .registry import register_op, register_schedule
 
 
 def _lowest(dtype: str):
@@ -156,3 +157,9 @@ def lp_pool(inputs, attrs):
 # Blocked layout (N, C/x, H, W, x): the same computes, named for the layout.
 for _name, _compute in (("max_pool", max_pool), ("avg_pool", avg_pool), ("lp_pool", lp_pool)):
     register_op(f"{_name}_nchwc", "opaque")(_compute)
+
+
+# cpu: the window loops outside the (contiguous) channel block, which runs in vectors.
+for _name in ("max_pool", "avg_pool", "lp_pool"):
+    for _op in (_name, f"{_name}_nchwc"):
+        register_schedule(_op, "cpu")(blocked_reduce_schedule)

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import te
-from .registry import register_op
+from ._cpu import blocked_reduce_schedule
+from .registry import register_op, register_schedule
 
 
 def _ident(v, n):
@@ -194,3 +195,9 @@ def argmin(inputs, attrs):
             "argmin",
         )
     ]
+
+
+# cpu: reductions that keep the innermost axis (global pools over a blocked tensor)
+# update whole vectors of it per step; others take the generic schedule.
+for _op in REDUCERS:
+    register_schedule(_op, "cpu")(blocked_reduce_schedule)

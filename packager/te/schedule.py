@@ -212,11 +212,20 @@ def create_schedule(outs) -> Schedule:
     return Schedule([outs] if isinstance(outs, Tensor) else list(outs))
 
 
-def default_schedule(outs) -> Schedule:
+# Below this many output elements a kernel is too small to pay for waking the pool.
+PARALLEL_MIN_ELEMS = 1 << 14
+# Parallel loops hand out one index at a time: aim for a few per thread to balance.
+PARALLEL_CHUNKS_PER_CORE = 4
+_ITEM_BITS = {"float64": 64, "int64": 64, "uint64": 64, "float32": 32, "int32": 32}
+_ITEM_BITS.update({"uint32": 32, "int16": 16, "uint16": 16, "int8": 8, "uint8": 8})
+
+
+def default_schedule(outs, vector_bits: int | None = None, cores: int = 1) -> Schedule:
     """The safe default for any op or fused group: inline every non-output stage
     without reduce axes; compute a reduction inside the loop nest of the one stage
     that reads it element for element (so it needs no whole-tensor buffer), else at
-    root; no loop transforms."""
+    root. Given the board's ``vector_bits`` and ``cores``, each root stage also runs
+    its innermost axis in vectors and its outer axes on the thread pool when large."""
     sch = create_schedule(outs)
     for st in sch.stages:
         if not st.is_output and not st.op.reduce_axis:
@@ -224,7 +233,65 @@ def default_schedule(outs) -> Schedule:
     for st in sch.stages:
         if not st.is_output and st.op.reduce_axis:
             _attach_to_sole_reader(sch, st)
+    attached = {id(st.attach_ivar) for st in sch.stages if st.attach_type == "scope"}
+    for st in sch.stages:
+        if st.attach_type != "root" or not st.leaf_iter_vars:
+            continue
+        inner = None
+        if vector_bits and not st.op.reduce_axis and id(st.leaf_iter_vars[-1]) not in attached:
+            inner = vectorize_innermost(st, vector_bits)
+        if cores > 1:
+            parallel_outer(st, cores, keep={id(inner), *attached})
     return sch
+
+
+def vector_lanes(dtype: str, vector_bits: int) -> int:
+    """Elements of ``dtype`` per vector register (0 for bool: no vector type)."""
+    bits = _ITEM_BITS.get(dtype)
+    return vector_bits // bits if bits else 0
+
+
+def vectorize_innermost(st: Stage, vector_bits: int) -> IterVar | None:
+    """Vectorize the stage's innermost data axis (its store is contiguous along it)
+    when whole vectors cover it; returns the vector loop. A body the codegen cannot
+    vectorize (strided or non-arithmetic reads) falls back to a scalar loop."""
+    lanes = vector_lanes(st.tensor.dtype, vector_bits)
+    iv = st.leaf_iter_vars[-1]
+    if lanes < 2 or iv.kind != "data":
+        return None
+    if iv.extent == lanes or (iv.extent < lanes and iv.extent in (2, 4, 8, 16)):
+        st.vectorize(iv)
+        return iv
+    if iv.extent % lanes:
+        return None  # a guarded tail would sit inside the vector loop and block it
+    _, vec = st.split(iv, lanes)
+    st.vectorize(vec)
+    return vec
+
+
+def parallel_outer(st: Stage, cores: int, keep=frozenset()) -> IterVar | None:
+    """Fuse the leading data leaves until there are a few iterations per core and run
+    them in parallel, when the stage is large enough. Leaves whose id is in ``keep``
+    (the vector loop, attach points) and the innermost leaf stay out. Returns the
+    parallel loop."""
+    total = 1
+    for iv in st.op.axis:
+        total *= iv.extent
+    if total < PARALLEL_MIN_ELEMS:
+        return None
+    prefix, n = [], 1
+    for iv in st.leaf_iter_vars[:-1]:
+        if iv.kind != "data" or id(iv) in keep or iv in st.iter_attrs:
+            break
+        prefix.append(iv)
+        n *= iv.extent
+        if n >= PARALLEL_CHUNKS_PER_CORE * cores:
+            break
+    if n < 2:
+        return None
+    fused = st.fuse(*prefix)
+    st.parallel(fused)
+    return fused
 
 
 def _attach_to_sole_reader(sch: Schedule, st: Stage) -> None:

@@ -1,0 +1,91 @@
+"""Shared pieces of the cpu schedule templates (matmul, pool, reduce, softmax)."""
+
+from __future__ import annotations
+
+from .. import te
+from ..te.expr import Call, Select, walk
+from ..te.schedule import default_schedule, parallel_outer, vector_lanes
+from .registry import ScheduleContext
+
+
+def fallback(ctx: ScheduleContext) -> te.Schedule:
+    """The generic schedule, for shapes and dtypes a template does not handle."""
+    return default_schedule(ctx.outs, ctx.vector_bits, ctx.cores)
+
+
+def lanes_of(ctx: ScheduleContext, t: te.Tensor) -> int:
+    return vector_lanes(t.dtype, ctx.vector_bits)
+
+
+def epilogue_stage(ctx: ScheduleContext, sch: te.Schedule):
+    """The one output stage of a group whose outputs are an elementwise epilogue of the
+    anchor (same shape), or None when the group has several outputs or reshapes."""
+    if len(ctx.outs) != 1 or tuple(ctx.outs[0].shape) != tuple(ctx.anchor.shape):
+        return None
+    return sch[ctx.outs[0]]
+
+
+def run_parallel(ctx: ScheduleContext, st, keep=frozenset()):
+    """Parallel outer loops of ``st`` when the board has more than one core."""
+    if ctx.cores > 1:
+        return parallel_outer(st, ctx.cores, keep)
+    return None
+
+
+def _reduction_of(sch: te.Schedule, shape: tuple):
+    """The stage of the group's reduction producing ``shape`` (the output's), if any."""
+    for st in sch.stages:
+        if st.op.reduce_axis and tuple(st.tensor.shape) == shape:
+            return st
+    return None
+
+
+def _vector_friendly(sch: te.Schedule, red) -> bool:
+    """A sum of plain loads and arithmetic (no padding selects, no max/min, no calls):
+    the codegen turns its update into vector code. Other bodies would become a scalar
+    loop over the block that updates memory per step, slower than the generic order."""
+    if red.op.body.combiner != "sum" or red.op.body.where is not None:
+        return False
+    for st in sch.stages:
+        if st.attach_type == "inline" or st is red:
+            body = st.op.body.body if st is red else st.op.body
+            if any(isinstance(n, (Select, Call)) for n in walk(body)):
+                return False
+    return True
+
+
+def _lanes_inside(st, iv) -> None:
+    """Move the reduce axes outside ``iv`` (the stage's innermost data axis) and
+    vectorize it: each reduction step then updates a whole vector of outputs."""
+    reduce = [x for x in st.leaf_iter_vars if x.kind == "reduce"]
+    st.reorder(*reduce, iv)
+    st.vectorize(iv)
+
+
+def blocked_reduce_schedule(ctx: ScheduleContext) -> te.Schedule:
+    """Reductions (pools, global pools) whose innermost axis is kept, as in the blocked
+    layout's channel block: the window loops go outside the block, the block runs in
+    vectors, the outer axes in parallel. Other shapes take the generic schedule."""
+    sch = default_schedule(ctx.outs)
+    out = epilogue_stage(ctx, sch)
+    red = _reduction_of(sch, tuple(ctx.outs[0].shape)) if out is not None else None
+    lanes = lanes_of(ctx, ctx.outs[0])
+    inner = ctx.outs[0].shape[-1] if ctx.outs[0].ndim else 0
+    if red is None or lanes < 2 or inner not in (2, 4, 8, 16) or inner > lanes:
+        return fallback(ctx)
+    if not _vector_friendly(sch, red):
+        return fallback(ctx)
+    if red is out:
+        vec = out.op.axis[-1]
+        _lanes_inside(out, vec)
+        run_parallel(ctx, out, {id(vec)})
+        return sch
+    vec = out.op.axis[-1]
+    out.vectorize(vec)
+    at = out.leaf_iter_vars[-2] if len(out.leaf_iter_vars) > 1 else None
+    if at is None:
+        return fallback(ctx)
+    red.compute_at(out, at)
+    _lanes_inside(red, red.op.axis[-1])
+    run_parallel(ctx, out, {id(vec), id(at)})
+    return sch

@@ -1,0 +1,107 @@
+"""The cpu template of conv2d_nchwc: fused groups (bias, relu, residual add) on
+representative shapes, with default and varied knobs, against the numpy interpretation
+of the same computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from packager import te
+from packager.codegen import build_kernel
+from packager.lowering import schedule_for
+from packager.ops.conv_schedule import default_tile
+from packager.ops.knobs import Config
+from packager.ops.registry import get_op
+from packager.te.evaluator import evaluate
+
+
+def conv_group(c, oc, hw, k, stride, pad, block=8, groups=1, residual=False):
+    """Placeholders, the group's output and its anchor: conv + bias + relu (+ add)."""
+    h, w = hw
+    data = (
+        te.placeholder((1, c // block, h, w, block), "float32", "in0")
+        if c % block == 0
+        else te.placeholder((1, c, h, w), "float32", "in0")  # first conv: plain NCHW
+    )
+    xw = 1 if groups > 1 else min(block, c) if c % block == 0 else 1
+    weight = te.placeholder((oc // block, c // groups // xw, k, k, xw, block), "float32", "in1")
+    bias = te.placeholder((oc // block, block), "float32", "in2")
+    attrs = {"groups": groups, "strides": [stride, stride], "pads": [pad] * 4}
+    conv = get_op("conv2d_nchwc").compute([data, weight, bias], attrs)[0]
+    zero = te.const(0.0, "float32")
+    out = te.compute(conv.shape, lambda *i: te.select(conv[i] < zero, zero, conv[i]), name="relu")
+    args = [data, weight, bias]
+    if residual:
+        res = te.placeholder(out.shape, "float32", "in3")
+        args.append(res)
+        prev = out
+        out = te.compute(out.shape, lambda *i: prev[i] + res[i], name="add")
+    return args, out, ("conv2d_nchwc", attrs, conv)
+
+
+def run_group(args, out, anchor, knobs):
+    sch = schedule_for([out], anchor, "cpu", knobs=knobs)
+    rng = np.random.default_rng(0)
+    ins = [rng.standard_normal(a.shape).astype(np.float32) for a in args]
+    got = np.empty(out.shape, np.float32)
+    build_kernel(te.lower(sch, [*args, out], "k_conv"))(*ins, got)
+    (want,) = evaluate([out], dict(zip(args, ins, strict=True)))
+    return got, want
+
+
+CASES = {
+    "3x3_s1": dict(c=16, oc=16, hw=(9, 14), k=3, stride=1, pad=1),
+    "3x3_s2": dict(c=16, oc=24, hw=(11, 13), k=3, stride=2, pad=1),
+    "1x1": dict(c=32, oc=16, hw=(7, 10), k=1, stride=1, pad=0),
+    "first_7x7_s2": dict(c=3, oc=16, hw=(15, 15), k=7, stride=2, pad=3),
+    "depthwise_s1": dict(c=24, oc=24, hw=(9, 9), k=3, stride=1, pad=1, groups=24),
+    "depthwise_s2": dict(c=24, oc=24, hw=(10, 13), k=3, stride=2, pad=1, groups=24),
+    "residual": dict(c=16, oc=16, hw=(6, 7), k=3, stride=1, pad=1, residual=True),
+    "odd_width": dict(c=8, oc=16, hw=(5, 13), k=3, stride=1, pad=1),
+}
+
+KNOBS = [
+    {},
+    {"tile_oc": 1, "tile_ow": 1},
+    {"parallel": "none", "pad": "inline", "vectorize_oc": False},
+    {"parallel": "n_oc", "pad": "root"},
+]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_template_matches_numpy(case):
+    args, out, anchor = conv_group(**CASES[case])
+    results = [run_group(args, out, anchor, knobs) for knobs in KNOBS]
+    for got, want in results:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # knobs change loop order and tiling, not the order of the sum: the same numbers
+    for got, _ in results[1:]:
+        np.testing.assert_allclose(got, results[0][0], rtol=1e-6, atol=1e-6)
+
+
+def test_knobs_are_declared_with_defaults():
+    args, out, anchor = conv_group(**CASES["3x3_s1"])
+    cfg = Config()
+    op, attrs, tensor = anchor
+    from packager.ops.registry import ScheduleContext
+
+    get_op(op).schedules["cpu"](ScheduleContext([out], tensor, attrs, cfg, 256, 2))
+    assert {"tile_oc", "tile_ow", "vectorize_oc", "parallel", "pad"} <= set(cfg.space)
+    assert cfg.as_dict()["tile_ow"] == 7 and cfg.as_dict()["tile_oc"] == 2
+
+
+def test_default_tile_fills_the_register_budget():
+    assert default_tile(8, 56) == (2, 7)
+    assert default_tile(8, 13) == (1, 13)
+    assert default_tile(1, 7) == (1, 7)
+
+
+def test_conv_without_epilogue_accumulates_in_its_output():
+    data = te.placeholder((1, 2, 6, 9, 8), "float32", "in0")
+    weight = te.placeholder((2, 2, 3, 3, 8, 8), "float32", "in1")
+    attrs = {"groups": 1, "strides": [1, 1], "pads": [1] * 4}
+    conv = get_op("conv2d_nchwc").compute([data, weight], attrs)[0]
+    for knobs in ({}, {"tile_oc": 1, "tile_ow": 3, "parallel": "none"}):
+        got, want = run_group([data, weight], conv, ("conv2d_nchwc", attrs, conv), knobs)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

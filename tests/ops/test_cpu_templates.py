@@ -1,0 +1,87 @@
+"""The cpu schedule templates (matmul, pools, reductions) and the vectorizing,
+threading default schedule give the same numbers as numpy, for knob variations too."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from packager import te
+from packager.codegen import build_kernel
+from packager.codegen.c import codegen_c
+from packager.lowering import schedule_for
+from packager.ops.registry import get_op
+
+BOARD = SimpleNamespace(vector_bits=256, cores=2)
+
+
+def _run(op, attrs, inputs, post=None, knobs=None, board=BOARD):
+    """Lower ``op`` (plus an optional elementwise ``post`` fused after it) through its
+    cpu template; returns the output and the C source."""
+    phs = [te.placeholder(a.shape, str(a.dtype), f"in{i}") for i, a in enumerate(inputs)]
+    outs = get_op(op).compute(phs, attrs)
+    anchor = outs[0]
+    if post is not None:
+        y = outs[0]
+        outs = [te.compute(y.shape, lambda *i: post(y[i]), name="post", tag="elemwise")]
+    sch = schedule_for(outs, (op, attrs, anchor), "cpu", board, knobs)
+    func = te.lower(sch, phs + outs, f"k_{op}")
+    res = [np.empty(t.shape, np.float32) for t in outs]
+    build_kernel(func)(*inputs, *res)
+    return res[0], codegen_c(func)
+
+
+def _relu(v):
+    return te.max_(v, te.const(0.0, "float32"))
+
+
+@pytest.mark.parametrize(
+    "m,n,k,tb", [(1, 1000, 512, 1), (16, 64, 33, 0), (5, 24, 7, 1), (3, 10, 4, 0)]
+)
+@pytest.mark.parametrize("knobs", [None, {"tile_m": 1}, {"tile_n_vectors": 1}])
+def test_gemm_bias_relu(m, n, k, tb, knobs):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+    c = rng.standard_normal((n,)).astype(np.float32)
+    out, _ = _run("gemm", {"trans_b": tb}, [a, b, c], post=_relu, knobs=knobs)
+    want = np.maximum(a @ (b.T if tb else b) + c, 0)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_template_blocks_and_vectorizes():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((16, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 64)).astype(np.float32)
+    out, src = _run("matmul", {}, [a, b])
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+    assert "pk_f32x8" in src and "pk_parallel_for" in src
+
+
+def test_global_pool_over_blocked_tensor_is_vectorized():
+    x = np.random.default_rng(2).standard_normal((1, 4, 7, 7, 8)).astype(np.float32)
+    out, src = _run("reduce_mean", {"axes": [2, 3], "keepdims": 1}, [x])
+    np.testing.assert_allclose(out, x.mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
+    assert "8 lanes" in src
+
+
+@pytest.mark.parametrize("op", ["max_pool_nchwc", "avg_pool_nchwc"])
+def test_blocked_pools(op):
+    x = np.random.default_rng(3).standard_normal((1, 2, 9, 9, 8)).astype(np.float32)
+    attrs = {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    out, _ = _run(op, attrs, [x])
+    pad = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1), (0, 0)), constant_values=np.nan)
+    wins = np.stack([pad[:, :, i : i + 9 : 2, j : j + 9 : 2] for i in range(3) for j in range(3)])
+    want = np.nanmax(wins, 0) if op.startswith("max") else np.nanmean(wins, 0)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (2, 64, 32), (130, 130), (1, 8, 40, 40, 8)])
+def test_default_schedule_elementwise(shape):
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    out, src = _run("relu", {}, [x])
+    np.testing.assert_array_equal(out, np.maximum(x, 0))
+    if x.size >= 1 << 14:
+        assert "pk_parallel_for" in src
