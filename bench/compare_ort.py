@@ -30,7 +30,7 @@ import networks  # noqa: E402
 
 from packager.boards import load_board  # noqa: E402
 from packager.bundle import write_bundle_files  # noqa: E402
-from packager.native import build_run_bundle  # noqa: E402
+from packager.native import CFLAGS, build_run_bundle  # noqa: E402
 from packager.package import compile_model  # noqa: E402
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
@@ -66,7 +66,7 @@ def build_bundle(model: onnx.ModelProto, workdir: Path) -> tuple[Path, Path]:
     bundle.mkdir()
     write_bundle_files(bundle, compiled, {}, None)
     board = load_board("host")
-    exe = build_run_bundle(bundle, cflags=["-O2", "-std=c99", *board.toolchain.cflags])
+    exe = build_run_bundle(bundle, cflags=[*CFLAGS, *board.toolchain.cflags])
     return bundle, exe
 
 

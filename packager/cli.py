@@ -15,6 +15,7 @@ from pathlib import Path
 from .cli_remote import add_connection_options
 from .cli_remote import add_parsers as add_board_parsers
 from .errors import PackagerError
+from .tune.cli import add_parser as add_tune_parser
 
 EPILOG = """examples:
   packager build model.onnx --board host -o out/model
@@ -62,7 +63,9 @@ def cmd_build(args) -> int:
     from .package import package
 
     board = load_board(args.board)
-    out = package(args.model, board, args.output, _shapes(args), log=log)
+    out = package(
+        args.model, board, args.output, _shapes(args), log=log, tuning_logs=args.tuning_log
+    )
     print(out)
     return 0
 
@@ -157,7 +160,15 @@ def make_parser() -> argparse.ArgumentParser:
         metavar="NAME=D0,D1,...",
         help="fix the shape of an input with dynamic dims (repeatable)",
     )
+    b.add_argument(
+        "--tuning-log",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="apply the best record per kernel (besides tuning_logs/BOARD/; repeatable)",
+    )
     b.set_defaults(fn=cmd_build)
+    add_tune_parser(sub)
 
     r = sub.add_parser(
         "run",

@@ -109,13 +109,13 @@ def schedule_for(outs, anchor, target: str, board=None, knobs: dict | None = Non
 
 
 def lower_node(
-    node: Node, graph: Graph, func: str, target: str = "cpu", inplace=(), board=None
+    node: Node, graph: Graph, func: str, target: str = "cpu", inplace=(), board=None, knobs=None
 ) -> Kernel:
     """``inplace``: (output position, input position) pairs the memory plan lets share
     a buffer; the kernel is checked to allow it and generated without ``restrict`` there."""
     with te.fresh_names():
         args, outs, anchor = node_computes(node, graph)
-    sch = schedule_for(outs, anchor, target, board)
+    sch = schedule_for(outs, anchor, target, board, knobs)
     try:
         prim = allow_alias(te.lower(sch, args + outs, func), inplace, len(args))
     except Exception as e:
@@ -129,8 +129,10 @@ def lower_graph(
     target: str = "cpu",
     progress=None,
     board=None,
+    knobs_for=None,
 ) -> tuple[list[Kernel], list[str]]:
-    """Kernels (unique) and, per node, the name of the function it calls."""
+    """Kernels (unique) and, per node, the name of the function it calls. ``knobs_for(key,
+    node, graph, inplace)``: tuned knobs for a kernel, or None for the template's defaults."""
     by_key: dict[str, Kernel] = {}
     funcs: list[str] = []
     inplace = plan.inplace if plan else {}
@@ -138,7 +140,9 @@ def lower_graph(
         key = kernel_key(node, graph, inplace.get(k, ()))
         if key not in by_key:
             name = f"k_{len(by_key)}_{_label(node)}"
-            by_key[key] = lower_node(node, graph, name, target, inplace.get(k, ()), board)
+            pairs = inplace.get(k, ())
+            knobs = knobs_for(key, node, graph, pairs) if knobs_for else None
+            by_key[key] = lower_node(node, graph, name, target, pairs, board, knobs)
         funcs.append(by_key[key].func)
         if progress:
             progress(k + 1, len(graph.nodes))

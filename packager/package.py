@@ -41,7 +41,9 @@ def compile_model(
     path: str = "model",
     log=None,
     disabled_passes: set[str] | None = None,
+    tuning=None,
 ) -> Compiled:
+    """``tuning``: a tune.apply.Tuning whose best records replace template defaults."""
     say = log or (lambda msg: None)
     t0 = time.perf_counter()
     graph = import_onnx(path, input_shapes, model)
@@ -49,8 +51,14 @@ def compile_model(
     graph = optimize(graph, PassContext(board, set(disabled_passes or ())))
     plan = plan_memory(graph)
     kernels, funcs = lower_graph(
-        graph, plan, progress=_progress(say, "lowering"), board=board or _host()
+        graph,
+        plan,
+        progress=_progress(say, "lowering"),
+        board=board or _host(),
+        knobs_for=tuning.knobs_for if tuning else None,
     )
+    for line in tuning.report() if tuning else []:
+        say(line)  # never silent about which kernels fell back to defaults
     say(f"generated {len(kernels)} kernels ({time.perf_counter() - t0:.1f}s)")
     board = board or _host()
     return Compiled(graph, plan, kernels, funcs, board.cores, tuple(board.big_cores))
@@ -77,12 +85,17 @@ def package(
     input_shapes: dict[str, list[int]] | None = None,
     selftest: bool = True,
     log=None,
+    tuning_logs=(),
 ) -> Path:
-    """Package ``model_path`` for ``board`` into ``out_dir``; returns the bundle path."""
+    """Package ``model_path`` for ``board`` into ``out_dir``; returns the bundle path.
+    Tuning records apply from ``tuning_logs`` and the shipped ``tuning_logs/<board>/``."""
+    from .tune.apply import Tuning, log_files
+
     say = log or (lambda msg: None)
     t0 = time.perf_counter()
     model = load_model(model_path)
-    compiled = compile_model(model, board, input_shapes, model_path, say)
+    tuning = Tuning(board, log_files(board.name, tuning_logs))
+    compiled = compile_model(model, board, input_shapes, model_path, say, tuning=tuning)
     tests = make_selftest(model, compiled.graph) if selftest else None
     manifest = {
         "format": "packager-bundle",

@@ -22,7 +22,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 INCLUDE = ROOT / "c_runtime" / "include"
 SERIAL_PARALLEL_FOR = Path(__file__).with_name("serial_parallel_for.c")
-DEFAULT_CFLAGS = ("-O2", "-fPIC", "-std=c99")
+DEFAULT_CFLAGS = ("-O2", "-fPIC", "-std=c99", "-ffp-contract=fast")
 
 
 def cache_dir() -> Path:

@@ -1,0 +1,62 @@
+"""Build time: the best record of each task, as knobs for its schedule template.
+
+Logs come from ``--tuning-log FILE`` and from ``tuning_logs/<board>/*.jsonl`` shipped
+with the product. A record applies to a kernel when board name and kernel key match and
+its knobs still form a setting of the template's current space (a template that changed
+since the log was written falls back to defaults, and says so).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .log import cost, read_records
+from .space import space_of
+from .tasks import Task, template_of
+
+SHIPPED = Path(__file__).resolve().parents[2] / "tuning_logs"
+
+
+def log_files(board_name: str, extra=()) -> list[Path]:
+    return sorted((SHIPPED / board_name).glob("*.jsonl")) + [Path(p) for p in extra]
+
+
+class Tuning:
+    """The best knobs per kernel key for one board; remembers what it applied."""
+
+    def __init__(self, board, files: list[Path]):
+        self.board = board
+        self.best: dict[str, dict] = {}
+        for f in files:
+            for r in read_records(f):
+                if r["board"]["name"] == board.name and cost(r) < float("inf"):
+                    key = r["task"]["key"]
+                    if key not in self.best or cost(r) < cost(self.best[key]):
+                        self.best[key] = r
+        self.tuned: list[str] = []
+        self.fallback: list[str] = []  # "label: why"
+
+    def knobs_for(self, key: str, node, graph, inplace=()) -> dict | None:
+        template = template_of(node, graph)
+        if template is None:
+            return None  # not tunable: nothing to report
+        task = Task(key, template, node, graph, tuple(inplace), self.board)
+        name = f"{node.source or node.op} ({task.label})"
+        rec = self.best.get(key)
+        if rec is None:
+            self.fallback.append(f"{name}: no record")
+            return None
+        knobs = rec["config"]["knobs"]
+        space = space_of(task)
+        index = space.index_of(knobs)
+        if index is None:
+            self.fallback.append(f"{name}: record does not fit the template's knobs")
+            return None
+        self.tuned.append(name)
+        return space.get(index)  # the template's own values (JSON turned tuples to lists)
+
+    def report(self) -> list[str]:
+        n = len(self.tuned) + len(self.fallback)
+        lines = [f"tuning: {len(self.tuned)} of {n} tunable kernels use a tuned config"]
+        lines += [f"  default schedule: {f}" for f in self.fallback]
+        return lines

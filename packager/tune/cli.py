@@ -1,0 +1,53 @@
+"""The ``packager tune`` subcommand (kept here so cli.py stays a thin shell)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..errors import PackagerError
+from .search import PROPOSERS
+
+
+def add_parser(sub) -> None:
+    t = sub.add_parser(
+        "tune",
+        help="tune the schedules of a model's kernels on a board",
+        description="Extract MODEL's tunable kernels for BOARD and tune the costliest "
+        "first, measuring candidates on the board (locally, or over SSH). Every "
+        "measurement is appended to the log; running again resumes. `packager build "
+        "--tuning-log FILE` applies the best record of each kernel.",
+    )
+    t.add_argument("model", metavar="MODEL.onnx")
+    t.add_argument("--board", required=True)
+    t.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...")
+    t.add_argument("--trials", type=int, default=200, help="configs measured per task (200)")
+    t.add_argument("--tuner", choices=sorted(PROPOSERS), default="xgb")
+    t.add_argument(
+        "--early-stopping",
+        type=int,
+        metavar="K",
+        help="stop a task after K trials without improvement",
+    )
+    t.add_argument("--time-budget", type=float, metavar="MINUTES", help="for the whole run")
+    t.add_argument("--log", metavar="FILE", help="tuning log (tuning_logs/BOARD/MODEL.jsonl)")
+    t.add_argument("--seed", type=int, default=0)
+    t.set_defaults(fn=cmd_tune)
+
+
+def cmd_tune(args) -> int:
+    from ..boards import load_board
+    from ..cli import _shapes
+    from .run import default_log_path, summary, tune_model
+    from .tuner import Options
+
+    if args.trials < 1:
+        raise PackagerError("--trials must be at least 1")
+    board = load_board(args.board)
+    log_path = Path(args.log) if args.log else default_log_path(args.model, board)
+    opts = Options(trials=args.trials, tuner=args.tuner, early_stopping=args.early_stopping)
+    opts.seed = args.seed
+    results = tune_model(args.model, board, opts, log_path, _shapes(args), args.time_budget)
+    print(summary(results))
+    print(f"log: {log_path}", file=sys.stderr)
+    return 0

@@ -1,0 +1,148 @@
+"""The timing driver: one C program that times many candidate kernels of a task.
+
+Candidates are C functions with distinct names, linked into one binary with the
+default-schedule kernel (``pk_ref``). The driver fills the inputs from a fixed PRNG,
+runs the reference once, then for each candidate named on its command line: prints
+``S id`` (so a crash or a hang can be blamed on it), runs it once and compares every
+output with the reference, warms up, calibrates how many calls make one sample, and
+prints ``R id ok t1 t2 ...`` (seconds per call, one per sample) or ``R id ERROR``.
+Usage: ``driver MIN_SECONDS SAMPLES POS...`` (POS: position in the candidate table).
+"""
+
+from __future__ import annotations
+
+from ..te.ir import PrimFunc
+
+_DTYPE_CODE = {"float32": 0, "float64": 1}
+
+_MAIN = r"""
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static double urand(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (double)(rng >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static void fill(void *p, int dt, size_t bytes) {
+    size_t i;
+    if (dt == 0) for (i = 0; i < bytes / 4; ++i) ((float *)p)[i] = (float)(2 * urand() - 1);
+    else if (dt == 1) for (i = 0; i < bytes / 8; ++i) ((double *)p)[i] = 2 * urand() - 1;
+    else memset(p, 0, bytes); /* integers: zeros are valid indices and counts */
+}
+
+static int close_to(double g, double w) {
+    if (w != w) return g != g;
+    return fabs(g - w) <= 1e-3 * (1.0 + fabs(w));
+}
+
+static int same(const void *got, const void *want, int dt, size_t bytes) {
+    size_t i;
+    if (dt == 0) {
+        for (i = 0; i < bytes / 4; ++i)
+            if (!close_to(((const float *)got)[i], ((const float *)want)[i])) return 0;
+        return 1;
+    }
+    if (dt == 1) {
+        for (i = 0; i < bytes / 8; ++i)
+            if (!close_to(((const double *)got)[i], ((const double *)want)[i])) return 0;
+        return 1;
+    }
+    return memcmp(got, want, bytes) == 0;
+}
+
+static void time_one(int k, double min_s, int samples) {
+    double t0 = now(), one;
+    int number, r, n;
+    FNS[k](args); /* warm-up: caches, page faults */
+    one = now() - t0;
+    number = one > 0 ? (int)(min_s / samples / one) + 1 : 1;
+    printf("R %d ok", IDS[k]);
+    for (r = 0; r < samples; ++r) {
+        t0 = now();
+        for (n = 0; n < number; ++n) FNS[k](args);
+        printf(" %.9e", (now() - t0) / number);
+    }
+    printf("\n");
+}
+
+int main(int argc, char **argv) {
+    double min_s = argc > 1 ? atof(argv[1]) : 0.05;
+    int samples = argc > 2 ? atoi(argv[2]) : 5, a, i;
+    void *ref[NARGS];
+    for (i = 0; i < NARGS; ++i) {
+        args[i] = malloc(BYTES[i] + 64);
+        fill(args[i], DT[i], BYTES[i]);
+    }
+    if (pk_ref(args) != 0) { printf("E reference failed\n"); return 3; }
+    for (i = NIN; i < NARGS; ++i) {
+        ref[i] = malloc(BYTES[i] + 1);
+        memcpy(ref[i], args[i], BYTES[i]);
+    }
+    for (a = 3; a < argc; ++a) {
+        int k = atoi(argv[a]), ok = 1;
+        printf("S %d\n", IDS[k]);
+        fflush(stdout);
+        for (i = NIN; i < NARGS; ++i) memset(args[i], 0xff, BYTES[i]); /* NaN: unwritten fails */
+        if (FNS[k](args) != 0) { printf("R %d runtime_error\n", IDS[k]); fflush(stdout); continue; }
+        for (i = NIN; i < NARGS; ++i) ok = ok && same(args[i], ref[i], DT[i], BYTES[i]);
+        if (!ok) printf("R %d wrong_answer\n", IDS[k]);
+        else time_one(k, min_s, samples);
+        fflush(stdout);
+    }
+    return 0;
+}
+"""
+
+
+def driver_source(ref: PrimFunc, n_inputs: int, candidates: dict[int, str]) -> str:
+    """C source of the driver for candidates {config index: function name}."""
+    names = list(candidates.values())
+    ids = list(candidates)
+    params = ref.params
+    nbytes = [b.size * _elem_bytes(b.dtype) for b in params]
+    codes = [str(_DTYPE_CODE.get(b.dtype, 2)) for b in params]
+    lines = [
+        "#define _POSIX_C_SOURCE 199309L",
+        "#include <math.h>",
+        "#include <stdint.h>",
+        "#include <stdio.h>",
+        "#include <stdlib.h>",
+        "#include <string.h>",
+        "#include <time.h>",
+        "typedef int32_t (*kfn)(void *const *);",
+        "extern int32_t pk_ref(void *const *);",
+        *[f"extern int32_t {n}(void *const *);" for n in names],
+        f"static const kfn FNS[] = {{{', '.join(names) or '0'}}};",
+        f"static const int IDS[] = {{{', '.join(map(str, ids)) or '0'}}};",
+        f"#define NARGS {len(params)}",
+        f"#define NIN {n_inputs}",
+        f"static const size_t BYTES[] = {{{', '.join(f'{n}u' for n in nbytes)}}};",
+        f"static const int DT[] = {{{', '.join(codes)}}};",
+        "static void *args[NARGS];",
+    ]
+    return "\n".join(lines) + _MAIN
+
+
+def _elem_bytes(dtype: str) -> int:
+    if dtype == "bool":
+        return 1
+    return max(1, int("".join(c for c in dtype if c.isdigit()) or 8) // 8)
+
+
+def parse_output(text: str) -> tuple[dict[int, tuple[str | None, list[float]]], int | None]:
+    """({config index: (error or None, costs)}, the index started last)."""
+    results: dict = {}
+    started = None
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "S":
+            started = int(parts[1])
+        elif len(parts) >= 3 and parts[0] == "R":
+            err = None if parts[2] == "ok" else parts[2]
+            results[int(parts[1])] = (err, [float(x) for x in parts[3:]])
+    return results, started

@@ -1,0 +1,181 @@
+"""Features of a candidate kernel, read off its lowered loop IR (a fixed-length vector).
+
+The cost model ranks candidates of one task, so the features describe what differs
+between schedules of the same computation: loop order and extents, what is vectorized,
+unrolled or parallel, and for each buffer access its stride along the innermost loop,
+its footprint and its reuse. Everything is on a log scale: costs are multiplicative.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..te.expr import Binary, Call, Const, Var, is_float, walk
+from ..te.ir import Allocate, BufferLoad, For, PrimFunc, Stmt, Store, stmt_children, walk_stmts
+
+KINDS = ("serial", "parallel", "vectorized", "unrolled")
+LOOP_SLOTS = 8  # innermost first
+ACCESS_SLOTS = 4  # the store, then the loads with the largest footprints
+ELEM_BYTES = {"float64": 8, "int64": 8, "uint64": 8, "float32": 4, "int32": 4, "uint32": 4}
+
+
+@dataclass
+class Loop:
+    var: Var
+    extent: int
+    kind: str
+
+
+def _extent(e) -> int:
+    return int(e.value) if isinstance(e, Const) else 1
+
+
+def stores(prim: PrimFunc) -> list[tuple[list[Loop], Store]]:
+    """Every store with the loops around it (outermost first)."""
+    out: list = []
+
+    def visit(s: Stmt, loops: list[Loop]) -> None:
+        if isinstance(s, Store):
+            out.append((loops, s))
+            return
+        if isinstance(s, For):
+            loops = [*loops, Loop(s.var, _extent(s.extent), s.kind)]
+        for c in stmt_children(s):
+            visit(c, loops)
+
+    visit(prim.body, [])
+    return out
+
+
+def _flops_per_iter(store: Store) -> int:
+    return sum(
+        1
+        for n in walk(store.value)
+        if isinstance(n, (Binary, Call)) and is_float(n.dtype) and getattr(n, "op", "") != "max"
+    )
+
+
+def _iters(loops: list[Loop]) -> int:
+    return math.prod(lp.extent for lp in loops)
+
+
+def flop_count(prim: PrimFunc) -> float:
+    return float(sum(_iters(lp) * _flops_per_iter(s) for lp, s in stores(prim)))
+
+
+def coeff(e, v: Var) -> float:
+    """How much ``e`` moves when ``v`` grows by one (affine index arithmetic; a division
+    scales it down, which is what a blocked index does on average)."""
+    if e is v:
+        return 1.0
+    if not isinstance(e, Binary):
+        return 0.0
+    a, b = coeff(e.a, v), coeff(e.b, v)
+    if e.op == "+":
+        return a + b
+    if e.op == "-":
+        return a - b
+    if e.op == "*":
+        return a * _const(e.b, 1) + b * _const(e.a, 1)
+    if e.op in ("floordiv", "truncdiv"):
+        return a / max(_const(e.b, 1), 1)
+    if e.op in ("floormod", "truncmod"):
+        return a
+    return 0.0
+
+
+def _const(e, fallback: float) -> float:
+    return float(e.value) if isinstance(e, Const) else fallback
+
+
+def _uses(e, v: Var) -> bool:
+    return any(n is v for n in walk(e))
+
+
+def _access(buf, index, loops: list[Loop]) -> list[float]:
+    size = ELEM_BYTES.get(buf.dtype, 4)
+    used = [lp for lp in loops if _uses(index, lp.var)]
+    footprint = min(math.prod(lp.extent for lp in used) * size, buf.size * size)
+    stride = abs(coeff(index, loops[-1].var)) if loops else 0.0
+    reuse = _iters(loops) * size / max(footprint, 1)
+    return [
+        math.log2(footprint + 1),
+        math.log2(stride + 1),
+        float(stride == 0),
+        float(stride == 1),
+        math.log2(reuse),
+        float(len(used)),
+    ]
+
+
+ACCESS_LEN = 6
+
+
+def _loop_slots(loops: list[Loop], store: Store) -> list[float]:
+    out: list[float] = []
+    for lp in list(reversed(loops))[:LOOP_SLOTS]:
+        kind = KINDS.index(lp.kind) if lp.kind in KINDS else 0
+        reduction = float(not _uses(store.index, lp.var))
+        out += [math.log2(lp.extent + 1), float(kind), reduction]
+    return out + [0.0] * (3 * LOOP_SLOTS - len(out))
+
+
+def _annotations(loops: list[Loop]) -> list[float]:
+    def prod(kind):
+        return math.prod(lp.extent for lp in loops if lp.kind == kind)
+
+    inner = loops[-1] if loops else Loop(Var("_"), 1, "serial")
+    onehot = [float(inner.kind == k) for k in KINDS]
+    return [math.log2(prod(k)) for k in ("vectorized", "unrolled", "parallel")] + [
+        math.log2(inner.extent + 1),
+        *onehot,
+    ]
+
+
+def features(prim: PrimFunc) -> np.ndarray:
+    """The feature vector of one candidate: whole-kernel totals, then the heaviest store."""
+    found = stores(prim)
+    total_flops = flop_count(prim)
+    local = sum(s.buffer.size for s in walk_stmts(prim.body) if isinstance(s, Allocate))
+    head = [
+        math.log2(total_flops + 1),
+        math.log2(sum(_iters(lp) for lp, _ in found) + 1),
+        float(len(found)),
+        float(max((len(lp) for lp, _ in found), default=0)),
+        math.log2(local + 1),
+    ]
+    if not found:
+        return np.array(head + [0.0] * (_BODY_LEN), dtype=np.float32)
+    loops, store = max(found, key=lambda f: _iters(f[0]) * (1 + _flops_per_iter(f[1])))
+    accesses = [(store.buffer, store.index)] + _loads(store)
+    acc = [_access(b, i, loops) for b, i in accesses]
+    acc = [acc[0]] + sorted(acc[1:], key=lambda a: -a[0])
+    acc_flat = [x for a in acc[:ACCESS_SLOTS] for x in a]
+    acc_flat += [0.0] * (ACCESS_SLOTS * ACCESS_LEN - len(acc_flat))
+    touched = sum(2 ** a[0] for a in acc)
+    intensity = _iters(loops) * _flops_per_iter(store) / max(touched, 1)
+    body = [
+        float(len(loops)),
+        math.log2(_iters(loops) + 1),
+        float(_flops_per_iter(store)),
+        *_annotations(loops),
+        *_loop_slots(loops, store),
+        *acc_flat,
+        math.log2(intensity + 1),
+    ]
+    return np.array(head + body, dtype=np.float32)
+
+
+_BODY_LEN = 3 + 8 + 3 * LOOP_SLOTS + ACCESS_SLOTS * ACCESS_LEN + 1
+
+
+def _loads(store: Store) -> list:
+    return [(n.buffer, n.index) for n in walk(store.value) if isinstance(n, BufferLoad)]
+
+
+def knob_features(digits: list[int]) -> np.ndarray:
+    """The alternative: the knob setting itself (candidate positions)."""
+    return np.array(digits, dtype=np.float32)

@@ -1,0 +1,91 @@
+"""Tuning logs: JSON Lines, one record per measurement, append-only.
+
+Each record is written whole and flushed (and fsynced) before the next measurement, so
+a killed run leaves only complete lines; a line that still fails to parse (a disk
+filled up mid-write) is skipped with a warning instead of losing the whole log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+VERSION = 1
+ERRORS = ("compile_error", "runtime_error", "timeout", "wrong_answer", "invalid")
+
+
+def make_record(board, task, index: int, knobs: dict, costs: list, error: str | None) -> dict:
+    return {
+        "version": VERSION,
+        "board": {"name": board.name, "cpu": board.cpu, "arch": board.arch},
+        "task": {"template": task.template, "key": task.key, "flops": task.flops},
+        "config": {"index": index, "knobs": knobs},
+        "result": {"costs": costs, "error": error, "timestamp": round(time.time(), 3)},
+        "host": platform.node() if board.is_local else None,
+    }
+
+
+def cost(record: dict) -> float:
+    """Median seconds of a good measurement, +inf for an error."""
+    r = record["result"]
+    if r.get("error") or not r.get("costs"):
+        return float("inf")
+    c = sorted(r["costs"])
+    return c[len(c) // 2]
+
+
+class TuningLog:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def append(self, record: dict) -> None:
+        line = json.dumps(record, sort_keys=True) + "\n"
+        if _ends_mid_line(self.path):
+            line = "\n" + line  # a torn last line must not swallow this record
+        with open(self.path, "a") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def records(self) -> list[dict]:
+        return read_records(self.path)
+
+
+def _ends_mid_line(path: Path) -> bool:
+    if not path.exists() or path.stat().st_size == 0:
+        return False
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b"\n"
+
+
+def read_records(path: str | Path) -> list[dict]:
+    path = Path(path)
+    if not path.exists():
+        return []
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            print(f"warning: {path}:{n}: not a complete record, skipped", file=sys.stderr)
+            continue
+        if rec.get("version") == VERSION:
+            out.append(rec)
+    return out
+
+
+def measured(records: list[dict], board_name: str, key: str) -> dict[int, dict]:
+    """Config index -> record, for one task on one board (what a resumed run skips)."""
+    return {
+        r["config"]["index"]: r
+        for r in records
+        if r["board"]["name"] == board_name and r["task"]["key"] == key
+    }

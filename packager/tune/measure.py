@@ -1,0 +1,192 @@
+"""Measuring candidates on the board: build one timing driver per batch, run it there.
+
+Candidates compile in parallel on the host (cross-compiled for ARM boards) through the
+object cache; the driver binary runs locally for a board without a connection, or is
+uploaded and run over SSH (the batch split across the devices of a pool). Timings are
+single-threaded: ``pk_parallel_for`` is the serial one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..boards import Board
+from ..codegen.build import INCLUDE, SERIAL_PARALLEL_FOR
+from ..codegen.c import codegen_c
+from ..errors import PackagerError
+from ..native import compile_object
+from .driver import driver_source, parse_output
+from .space import default_func, valid
+from .tasks import Task
+
+EXTRA_FLAGS = ("-std=c99", "-fno-math-errno")
+
+
+@dataclass
+class Measurement:
+    index: int
+    knobs: dict
+    costs: list[float] = field(default_factory=list)
+    error: str | None = None
+    prim: object = None  # the lowered candidate (features come from it)
+
+    @property
+    def median(self) -> float:
+        if self.error or not self.costs:
+            return float("inf")
+        return sorted(self.costs)[len(self.costs) // 2]
+
+
+@dataclass
+class Settings:
+    min_seconds: float = 0.02  # per candidate, over all samples
+    samples: int = 5
+    jobs: int = os.cpu_count() or 2
+
+
+class Measurer:
+    """Builds and runs batches of candidates of one board."""
+
+    def __init__(self, board: Board, settings: Settings | None = None, log=None):
+        self.board, self.settings = board, settings or Settings()
+        self.runner = LocalRunner() if board.is_local else RemoteRunner(board, log)
+        self.flags = [*board.toolchain.cflags, *EXTRA_FLAGS]
+        if board.toolchain.sysroot:
+            self.flags.append(f"--sysroot={board.toolchain.sysroot}")
+
+    def close(self) -> None:
+        self.runner.close()
+
+    def measure(self, task: Task, batch: list[tuple[int, dict]]) -> list[Measurement]:
+        ms = [Measurement(i, k) for i, k in batch]
+        for m in ms:
+            m.prim = valid(task, m.knobs, f"pk_cand_{m.index}")
+            if m.prim is None:
+                m.error = "invalid"
+        todo = [m for m in ms if m.prim is not None]
+        if todo:
+            with tempfile.TemporaryDirectory(prefix="pk-tune-") as tmp:
+                exe, built = self._build(task, todo, Path(tmp))
+                if built:
+                    self._run(exe, built)
+        return ms
+
+    # --- building ------------------------------------------------------------------------
+
+    def _compile(self, source: str, where: Path) -> Path:
+        src = where / f"{hashlib.sha256(source.encode()).hexdigest()[:16]}.c"
+        src.write_text(source)
+        return compile_object(src, self.board.toolchain.cc, self.flags, [INCLUDE], b"tune1")
+
+    def _build(self, task: Task, todo: list[Measurement], tmp: Path):
+        ref = default_func(task)
+        ref.name = "pk_ref"
+        sources = [codegen_c(ref)] + [codegen_c(m.prim) for m in todo]
+        with ThreadPoolExecutor(self.settings.jobs) as pool:
+            objs = list(pool.map(lambda s: _try(self._compile, s, tmp), sources))
+        if isinstance(objs[0], Exception):
+            raise PackagerError(
+                f"task {task.label}: the default kernel does not compile: {objs[0]}"
+            )
+        built = []
+        for m, obj in zip(todo, objs[1:], strict=True):
+            if isinstance(obj, Exception):
+                m.error = "compile_error"
+            else:
+                built.append((m, obj))
+        n_in = len(task.node.inputs)
+        driver = driver_source(ref, n_in, {m.index: m.prim.name for m, _ in built})
+        extra = [self._compile(driver, tmp), self._compile(SERIAL_PARALLEL_FOR.read_text(), tmp)]
+        exe = tmp / "driver"
+        cmd = [self.board.toolchain.cc, *self.flags, objs[0], *[o for _, o in built], *extra]
+        r = subprocess.run([*map(str, cmd), "-o", str(exe), "-lm"], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise PackagerError(f"task {task.label}: linking the timing driver failed:\n{r.stderr}")
+        return exe, [m for m, _ in built]
+
+    # --- running -------------------------------------------------------------------------
+
+    def _run(self, exe: Path, built: list[Measurement]) -> None:
+        """Run every candidate; a crash or hang is blamed on the candidate that started
+        last, and the rest run again in a fresh process."""
+        pos = {m.index: k for k, m in enumerate(built)}
+        by_index = {m.index: m for m in built}
+        todo = list(by_index)
+        s = self.settings
+        while todo:
+            timeout = 30 + len(todo) * (4 * s.min_seconds + 1)
+            args = [f"{s.min_seconds:g}", str(s.samples), *[str(pos[i]) for i in todo]]
+            text, status = self.runner.run(exe, args, timeout)
+            results, started = parse_output(text)
+            for i, (err, costs) in results.items():
+                by_index[i].error, by_index[i].costs = err, costs
+            if status != "ok" and started is not None and started not in results:
+                by_index[started].error = status
+            todo = [i for i in todo if i not in results and by_index[i].error is None]
+            if status == "ok" or started is None:
+                for i in todo:  # the driver ended without measuring them: blame it on them
+                    by_index[i].error = "runtime_error" if status != "timeout" else status
+                return
+
+
+def _try(fn, *args):
+    try:
+        return fn(*args)
+    except (PackagerError, OSError) as e:
+        return e
+
+
+class LocalRunner:
+    def close(self) -> None:
+        pass
+
+    def run(self, exe: Path, args: list[str], timeout: float) -> tuple[str, str]:
+        try:
+            r = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            return out, "timeout"
+        return r.stdout, "ok" if r.returncode == 0 else "runtime_error"
+
+
+class RemoteRunner:
+    """Upload the driver once per device (named by its hash) and run it there; stdout goes
+    to a file on the board so a killed run still tells how far it got."""
+
+    def __init__(self, board: Board, log=None):
+        from ..remote.ssh import Limits, Session
+
+        self.board = board
+        self.session = Session(board.name, board.connections[0], Limits(), log=log)
+
+    def close(self) -> None:
+        self.session.close()
+
+    def run(self, exe: Path, args: list[str], timeout: float) -> tuple[str, str]:
+        from ..remote.device_ops import workdir
+        from ..remote.errors import RemoteTimeout
+        from ..remote.shell import command, q, rpath
+
+        s = self.session
+        digest = hashlib.sha256(exe.read_bytes()).hexdigest()[:16]
+        tune_dir = rpath(workdir(s), ".tune")
+        remote = rpath(tune_dir, f"driver-{digest}")
+        out = remote + ".out"
+        s.sh(f"mkdir -p {q(tune_dir)}")
+        s.call("upload", lambda ss: ss.sftp().put(str(exe), remote))
+        s.sh(f"chmod +x {q(remote)}")
+        wrapper = s.conn.exec_wrapper
+        script = command([remote, *args], wrapper=wrapper) + f" > {q(out)}"
+        try:
+            r = s.sh(script, timeout_s=timeout * 20 if wrapper else timeout, check=False)
+            status = "ok" if r.returncode == 0 else "runtime_error"
+        except RemoteTimeout:
+            status = "timeout"
+        text = s.sh(f"cat {q(out)}; rm -f {q(out)} {q(remote)}", check=False).stdout
+        return text, status

@@ -1,0 +1,72 @@
+"""Tunable tasks of a packaged graph: unique kernels whose anchor op has a cpu template.
+
+A task is identified by its kernel key (what the kernel computes, input shapes and
+dtypes, in-place pairs) plus the board: the same key the build uses to share kernels,
+so a tuning record applies to exactly the kernels it was measured for.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from .. import te
+from ..boards import Board
+from ..graph.ir import Graph, Node
+from ..lowering import kernel_key, node_computes
+from ..ops.registry import get_op
+
+TARGET = "cpu"
+
+
+@dataclass
+class Task:
+    key: str  # lowering.kernel_key: matches the build's kernel sharing
+    template: str  # the anchor op whose schedule template is tuned
+    node: Node
+    graph: Graph
+    inplace: tuple
+    board: Board
+    weight: int = 1  # how many nodes of the graph call this kernel
+    flops: float = 0.0  # one call, estimated from the default schedule's loop IR
+
+    @property
+    def label(self) -> str:
+        shapes = [list(self.graph.values[i].shape) for i in self.node.inputs[:1]]
+        return f"{self.template} {'x'.join(map(str, shapes[0])) if shapes else ''}".strip()
+
+    def workload(self) -> list:
+        return json.loads(self.key)
+
+    def computes(self):
+        """(args, outs, anchor) with reproducible names."""
+        with te.fresh_names():
+            return node_computes(self.node, self.graph)
+
+
+def template_of(node: Node, graph: Graph) -> str | None:
+    """The anchor op's name when it has a cpu schedule template (else not tunable)."""
+    with te.fresh_names():
+        _, _, (op, _, _) = node_computes(node, graph)
+    return op if op and TARGET in get_op(op).schedules else None
+
+
+def extract_tasks(graph: Graph, board: Board, inplace: dict | None = None) -> list[Task]:
+    """Unique tunable tasks, costliest (weight x FLOPs) first."""
+    from .features import flop_count
+    from .space import default_func
+
+    tasks: dict[str, Task] = {}
+    inplace = inplace or {}
+    for k, node in enumerate(graph.nodes):
+        pairs = tuple(inplace.get(k, ()))
+        key = kernel_key(node, graph, pairs)
+        if key in tasks:
+            tasks[key].weight += 1
+            continue
+        template = template_of(node, graph)
+        if template:
+            tasks[key] = Task(key, template, node, graph, pairs, board)
+    for t in tasks.values():
+        t.flops = flop_count(default_func(t))
+    return sorted(tasks.values(), key=lambda t: -t.weight * t.flops)

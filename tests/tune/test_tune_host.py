@@ -1,0 +1,89 @@
+"""Tuning on the host board: a short tune writes a valid log that the next build applies,
+and a run stopped mid-way resumes without measuring a config twice."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from packager.boards import load_board
+from packager.codegen.c import codegen_c
+from packager.runner import selftest_local
+from packager.tune.log import TuningLog, cost, read_records
+from packager.tune.measure import Measurer, Settings
+from packager.tune.run import model_tasks
+from packager.tune.space import lower_config, space_of
+from packager.tune.tuner import Options, tune_task
+
+FAST = Settings(min_seconds=0.002, samples=3)
+
+
+def _conv_kernel(bundle):
+    (src,) = [p for p in (bundle / "kernels").glob("*conv2d_nchwc*.c")]
+    return src.read_text()
+
+
+@pytest.mark.slow
+def test_tune_writes_a_log_the_next_build_applies(conv_onnx, tmp_path, cli):
+    log = tmp_path / "conv.jsonl"
+    code, out, err = cli("tune", conv_onnx, "--board", "host", "--trials", 16, "--log", log)
+    assert code == 0, err
+    assert "best GFLOPS" in out and "16/16 trials" in err
+    lines = log.read_text().splitlines()
+    assert len(lines) == 16
+    for line in lines:
+        rec = json.loads(line)
+        assert {"version", "board", "task", "config", "result"} <= set(rec)
+        assert rec["board"]["name"] == "host" and rec["task"]["template"] == "conv2d_nchwc"
+        assert rec["result"]["error"] in (None, "invalid", "compile_error", "wrong_answer")
+    best = min(read_records(log), key=cost)
+
+    code, _, err = cli("build", conv_onnx, "--board", "host", "-o", tmp_path / "plain")
+    assert code == 0 and "0 of 1 tunable kernels" in err and "Conv+Relu" in err
+    code, _, err = cli(
+        "build", conv_onnx, "--board", "host", "-o", tmp_path / "tuned", "--tuning-log", log
+    )
+    assert code == 0 and "1 of 1 tunable kernels use a tuned config" in err
+    (task,) = model_tasks(str(conv_onnx), load_board("host"))
+    knobs = space_of(task).get(best["config"]["index"])
+    tuned_src = _conv_kernel(tmp_path / "tuned")
+    name = tuned_src.split("int32_t ")[-1].split("(")[0]
+    assert codegen_c(lower_config(task, knobs, name)) in tuned_src  # the best record's kernel
+    if knobs != space_of(task).get(space_of(task).default_index()):
+        assert tuned_src != _conv_kernel(tmp_path / "plain")
+    assert selftest_local(tmp_path / "tuned", load_board("host")).returncode == 0
+
+
+class _Killed(Exception):
+    pass
+
+
+class _DiesAfter(Measurer):
+    """Measures ``left`` configs, then dies as a killed run would (between records)."""
+
+    def __init__(self, board, left: int):
+        super().__init__(board, FAST)
+        self.left = left
+
+    def measure(self, task, batch):
+        if self.left <= 0:
+            raise _Killed
+        batch = batch[: self.left]
+        self.left -= len(batch)
+        return super().measure(task, batch)
+
+
+def test_a_stopped_tune_resumes(conv_onnx, tmp_path):
+    board = load_board("host")
+    (task,) = model_tasks(str(conv_onnx), board)
+    log = TuningLog(tmp_path / "t.jsonl")
+    opts = Options(trials=12, batch=4, tuner="random")
+    with pytest.raises(_Killed):
+        tune_task(task, _DiesAfter(board, 6), log, opts)
+    first = [r["config"]["index"] for r in log.records()]
+    assert len(first) == 6
+    res = tune_task(task, Measurer(board, FAST), log, opts)
+    indices = [r["config"]["index"] for r in log.records()]
+    assert indices[:6] == first
+    assert len(indices) == 12 == len(set(indices)) == res.trials
