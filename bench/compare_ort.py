@@ -100,6 +100,12 @@ def time_ort(sess, feeds, repeat: int) -> float:
     return statistics.median(times)
 
 
+def settle(seconds: float = 0.3) -> None:
+    """Let the other side's worker threads go idle (ORT's pool spins after a run by
+    default), so each side starts on a quiet machine."""
+    time.sleep(seconds)
+
+
 def compare(name: str, threads_list, rounds: int, repeat: int) -> list[dict]:
     model = MODELS[name]()
     feeds = input_feeds(model)
@@ -115,7 +121,9 @@ def compare(name: str, threads_list, rounds: int, repeat: int) -> list[dict]:
             ours, theirs = [], []
             for _ in range(rounds):  # interleaved: both see the same noise
                 ours.append(time_bundle(exe, bundle, paths, repeat, threads))
+                settle()
                 theirs.append(time_ort(sess, feeds, repeat))
+                settle()
             b, o = statistics.median(ours), statistics.median(theirs)
             rows.append(
                 {"model": name, "threads": threads, "bundle_ms": b, "ort_ms": o, "ratio": b / o}

@@ -9,6 +9,7 @@
  * list of core ids ("4,5" for the big cores of a big.LITTLE board); thread k (the caller is
  * thread 0) runs on the k-th listed core.
  *
+ * Workers spin briefly for the next job before sleeping (kernels come microseconds apart).
  * Work is handed out one index at a time through an atomic counter: kernels parallelize
  * outer loops whose iterations are large, so the counter is cheap next to the work, and
  * uneven iterations balance themselves. A parallel loop inside a parallel loop, or one
@@ -33,6 +34,7 @@ void pk_parallel_for(void (*body)(void* ctx, int64_t i), void* ctx, int64_t n) {
 #else
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #ifndef PK_NUM_THREADS
@@ -107,18 +109,47 @@ static void run_chunks(void) {
     in_parallel = 0;
 }
 
+/* Kernels follow each other within microseconds; a worker that sleeps between them
+ * pays a wake-up that costs as much as a small kernel. So it spins a little first,
+ * yielding now and then so that an oversubscribed machine still makes progress. */
+#define PK_SPIN 4000
+
+static void cpu_relax(int i) {
+    if ((i & 63) == 63) {
+        sched_yield();
+        return;
+    }
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static unsigned long next_job(unsigned long seen) {
+    for (int i = 0; i < PK_SPIN; i++) {
+        unsigned long g = __atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE);
+        if (g != seen) return g;
+        cpu_relax(i);
+    }
+    pthread_mutex_lock(&mu);
+    while (__atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE) == seen)
+        pthread_cond_wait(&work_cv, &mu);
+    pthread_mutex_unlock(&mu);
+    return __atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE);
+}
+
 static void* worker(void* arg) {
     pin((int)(intptr_t)arg);
     unsigned long seen = 0;
-    pthread_mutex_lock(&mu);
     for (;;) {
-        while (pool.generation == seen)
-            pthread_cond_wait(&work_cv, &mu);
-        seen = pool.generation;
-        pthread_mutex_unlock(&mu);
+        seen = next_job(seen);
         run_chunks();
-        pthread_mutex_lock(&mu);
-        if (--pool.active == 0) pthread_cond_signal(&done_cv);
+        if (__atomic_sub_fetch(&pool.active, 1, __ATOMIC_ACQ_REL) == 0) {
+            pthread_mutex_lock(&mu); /* under the lock: the caller cannot miss the signal */
+            pthread_cond_signal(&done_cv);
+            pthread_mutex_unlock(&mu);
+        }
     }
     return NULL;
 }
@@ -143,20 +174,22 @@ void pk_parallel_for(void (*body)(void* ctx, int64_t i), void* ctx, int64_t n) {
         run_serial(body, ctx, n);
         return;
     }
-    pthread_mutex_lock(&mu);
     pool.body = body;
     pool.ctx = ctx;
     pool.n = n;
     pool.next = 0;
     pool.active = pool.workers;
-    pool.generation++;
+    pthread_mutex_lock(&mu);
+    __atomic_add_fetch(&pool.generation, 1, __ATOMIC_RELEASE); /* publishes the job */
     pthread_cond_broadcast(&work_cv);
     pthread_mutex_unlock(&mu);
 
     run_chunks();
 
+    for (int i = 0; i < PK_SPIN && __atomic_load_n(&pool.active, __ATOMIC_ACQUIRE) > 0; i++)
+        cpu_relax(i);
     pthread_mutex_lock(&mu);
-    while (pool.active > 0)
+    while (__atomic_load_n(&pool.active, __ATOMIC_ACQUIRE) > 0)
         pthread_cond_wait(&done_cv, &mu);
     pthread_mutex_unlock(&mu);
     pthread_mutex_unlock(&owner);
