@@ -32,6 +32,7 @@ from packager.boards import load_board  # noqa: E402
 from packager.bundle import write_bundle_files  # noqa: E402
 from packager.native import CFLAGS, build_run_bundle  # noqa: E402
 from packager.package import compile_model  # noqa: E402
+from packager.tune.apply import Tuning, log_files  # noqa: E402
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
@@ -60,12 +61,14 @@ def input_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     return feeds
 
 
-def build_bundle(model: onnx.ModelProto, workdir: Path) -> tuple[Path, Path]:
-    compiled = compile_model(model, load_board("host"))
-    bundle = workdir / "bundle"
+def build_bundle(model: onnx.ModelProto, workdir: Path, tuned: bool = False):
+    """(bundle dir, run_bundle) for the host board; ``tuned`` applies tuning_logs/host/."""
+    board = load_board("host")
+    tuning = Tuning(board, log_files(board.name)) if tuned else None
+    compiled = compile_model(model, board, tuning=tuning)
+    bundle = workdir / ("bundle_tuned" if tuned else "bundle")
     bundle.mkdir()
     write_bundle_files(bundle, compiled, {}, None)
-    board = load_board("host")
     exe = build_run_bundle(bundle, cflags=[*CFLAGS, *board.toolchain.cflags])
     return bundle, exe
 
@@ -106,33 +109,53 @@ def settle(seconds: float = 0.3) -> None:
     time.sleep(seconds)
 
 
-def compare(name: str, threads_list, rounds: int, repeat: int) -> list[dict]:
+def compare(name: str, threads_list, rounds: int, repeat: int, tuned: bool = False) -> list[dict]:
     model = MODELS[name]()
     feeds = input_feeds(model)
     rows = []
     with tempfile.TemporaryDirectory() as d:
         bundle, exe = build_bundle(model, Path(d))
+        variants = [("bundle", bundle, exe)]
+        if tuned:
+            variants.append(("tuned", *build_bundle(model, Path(d), tuned=True)))
         paths = {}
         for k, (n, a) in enumerate(feeds.items()):
             paths[n] = f"{d}/in{k}.npy"
             np.save(paths[n], a)
         for threads in threads_list:
             sess = ort_session(model, threads)
-            ours, theirs = [], []
-            for _ in range(rounds):  # interleaved: both see the same noise
-                ours.append(time_bundle(exe, bundle, paths, repeat, threads))
+            times: dict[str, list[float]] = {v[0]: [] for v in variants}
+            times["ort"] = []
+            for _ in range(rounds):  # interleaved: every variant sees the same noise
+                for label, b, e in variants:
+                    times[label].append(time_bundle(e, b, paths, repeat, threads))
+                    settle()
+                times["ort"].append(time_ort(sess, feeds, repeat))
                 settle()
-                theirs.append(time_ort(sess, feeds, repeat))
-                settle()
-            b, o = statistics.median(ours), statistics.median(theirs)
-            rows.append(
-                {"model": name, "threads": threads, "bundle_ms": b, "ort_ms": o, "ratio": b / o}
+            med = {k: statistics.median(v) for k, v in times.items()}
+            row = {
+                "model": name,
+                "threads": threads,
+                "bundle_ms": med["bundle"],
+                "ort_ms": med["ort"],
+                "ratio": med["bundle"] / med["ort"],
+            }
+            text = (
+                f"{name:<14} {threads:>2}  bundle {med['bundle']:9.2f} ms  "
+                f"ort {med['ort']:9.2f} ms  bundle/ort {row['ratio']:6.2f}"
             )
-            print(
-                f"{name:<14} {threads:>2}  bundle {b:9.2f} ms  ort {o:9.2f} ms  "
-                f"bundle/ort {b / o:6.2f}",
-                flush=True,
-            )
+            if tuned:
+                row.update(
+                    tuned_ms=med["tuned"],
+                    tuned_ratio=med["tuned"] / med["ort"],
+                    speedup=med["bundle"] / med["tuned"],
+                )
+                text += (
+                    f"  tuned {med['tuned']:9.2f} ms  tuned/ort {row['tuned_ratio']:6.2f}"
+                    f"  default/tuned {row['speedup']:5.2f}"
+                )
+            rows.append(row)
+            print(text, flush=True)
     return rows
 
 
@@ -143,10 +166,15 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per model")
     p.add_argument("--repeat", type=int, default=10, help="timed runs per round")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    p.add_argument(
+        "--tuned",
+        action="store_true",
+        help="also time a bundle built with the shipped tuning_logs/host/ records",
+    )
     args = p.parse_args(argv)
     rows = []
     for name in args.models:
-        rows += compare(name, args.threads, args.rounds, args.repeat)
+        rows += compare(name, args.threads, args.rounds, args.repeat, args.tuned)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

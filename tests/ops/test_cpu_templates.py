@@ -85,3 +85,67 @@ def test_default_schedule_elementwise(shape):
     np.testing.assert_array_equal(out, np.maximum(x, 0))
     if x.size >= 1 << 14:
         assert "pk_parallel_for" in src
+
+
+def _pool_ref(x, op, kernel, strides, pads, ceil_mode=0, count_include_pad=0):
+    """numpy max/avg pool over dims 2, 3 of a blocked (N, C/x, H, W, x) tensor."""
+    (kh, kw), (sh, sw) = kernel, strides
+    (pt, pl, pb, pr) = pads
+    h, w = x.shape[2:4]
+    rnd = np.ceil if ceil_mode else np.floor
+    oh = int(rnd((h + pt + pb - kh) / sh)) + 1
+    ow = int(rnd((w + pl + pr - kw) / sw)) + 1
+    if ceil_mode and (oh - 1) * sh >= h + pt:
+        oh -= 1
+    if ceil_mode and (ow - 1) * sw >= w + pl:
+        ow -= 1
+    out = np.empty((*x.shape[:2], oh, ow, x.shape[4]), np.float32)
+    for i in range(oh):
+        for j in range(ow):
+            h0, w0 = i * sh - pt, j * sw - pl
+            win = x[:, :, max(h0, 0) : min(h0 + kh, h), max(w0, 0) : min(w0 + kw, w)]
+            if op.startswith("max"):
+                m = win.max(axis=(2, 3))
+                out[:, :, i, j] = np.where(np.isnan(win).any(axis=(2, 3)), np.nan, m)
+            elif count_include_pad:
+                hi_h, hi_w = min(h0 + kh, h + pb), min(w0 + kw, w + pr)
+                n = (hi_h - h0) * (hi_w - w0)
+                out[:, :, i, j] = win.sum(axis=(2, 3)) / n
+            else:
+                out[:, :, i, j] = win.mean(axis=(2, 3))
+    return out
+
+
+@pytest.mark.parametrize("op", ["max_pool_nchwc", "avg_pool_nchwc"])
+@pytest.mark.parametrize(
+    "kernel,strides,pads,ceil,cip",
+    [
+        ([3, 3], [2, 2], [1, 1, 1, 1], 0, 0),
+        ([3, 3], [2, 2], [1, 1, 1, 1], 0, 1),
+        ([2, 2], [2, 2], [0, 0, 0, 0], 1, 0),
+        ([3, 2], [2, 1], [1, 0, 2, 1], 1, 1),
+        ([3, 3], [1, 1], [1, 1, 1, 1], 0, 0),
+    ],
+)
+@pytest.mark.parametrize("knobs", [None, {"tile_ow": 1}, {"pad": "inline"}])
+def test_blocked_pool_template(op, kernel, strides, pads, ceil, cip, knobs):
+    x = np.random.default_rng(4).standard_normal((1, 2, 11, 13, 8)).astype(np.float32)
+    x[0, 1, 4, 5, 3] = np.nan
+    attrs = {"kernel": kernel, "strides": strides, "pads": pads, "ceil_mode": ceil}
+    if op.startswith("avg"):
+        attrs["count_include_pad"] = cip
+    out, src = _run(op, attrs, [x], knobs=knobs)
+    want = _pool_ref(x, op, kernel, strides, pads, ceil, cip)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    assert np.isnan(out).any()
+    if knobs is None:
+        assert "8 lanes" in src or op.startswith("max")
+
+
+def test_max_pool_template_vectorizes_the_window():
+    x = np.random.default_rng(5).standard_normal((1, 2, 16, 16, 8)).astype(np.float32)
+    attrs = {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    out, src = _run("max_pool_nchwc", attrs, [x])
+    np.testing.assert_allclose(out, _pool_ref(x, "max", [3, 3], [2, 2], [1, 1, 1, 1]))
+    # the taps update a tile of columns with the channel block innermost
+    assert "#pragma GCC unroll 8" in src and "pk_max_f32" in src
