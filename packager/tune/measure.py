@@ -3,7 +3,7 @@
 Candidates compile in parallel on the host (cross-compiled for ARM boards) through the
 object cache; the driver binary runs locally for a board without a connection, or is
 uploaded and run over SSH (the batch split across the devices of a pool). Timings are
-single-threaded: ``pk_parallel_for`` is the serial one.
+run with the board's thread count through the runtime's own ``pk_parallel_for``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..boards import Board
-from ..codegen.build import INCLUDE, SERIAL_PARALLEL_FOR
+from ..bundle import C_RUNTIME
+from ..codegen.build import INCLUDE
 from ..codegen.c import codegen_c
 from ..errors import PackagerError
 from ..native import compile_object
@@ -25,7 +26,9 @@ from .driver import driver_source, parse_output
 from .space import default_func, valid
 from .tasks import Task
 
-EXTRA_FLAGS = ("-std=c99", "-fno-math-errno")
+# As bundles are built (CMakeLists.txt, native.py): contraction on, so FMAs are measured.
+PARALLEL_FOR = C_RUNTIME / "src" / "pk_parallel.c"
+EXTRA_FLAGS = ("-std=c99", "-fno-math-errno", "-ffp-contract=fast")
 
 
 @dataclass
@@ -102,13 +105,23 @@ class Measurer:
                 built.append((m, obj))
         n_in = len(task.node.inputs)
         driver = driver_source(ref, n_in, {m.index: m.prim.name for m, _ in built})
-        extra = [self._compile(driver, tmp), self._compile(SERIAL_PARALLEL_FOR.read_text(), tmp)]
+        extra = [self._compile(driver, tmp), self._thread_pool()]
         exe = tmp / "driver"
         cmd = [self.board.toolchain.cc, *self.flags, objs[0], *[o for _, o in built], *extra]
-        r = subprocess.run([*map(str, cmd), "-o", str(exe), "-lm"], capture_output=True, text=True)
+        libs = ["-lm", "-lpthread"]
+        r = subprocess.run([*map(str, cmd), "-o", str(exe), *libs], capture_output=True, text=True)
         if r.returncode != 0:
             raise PackagerError(f"task {task.label}: linking the timing driver failed:\n{r.stderr}")
         return exe, [m for m, _ in built]
+
+    def _thread_pool(self) -> Path:
+        """The runtime's own parallel-for, with the board's thread count: candidates are
+        timed with the threads the bundle will run them with (the parallel knob matters)."""
+        cores = self.board.cores
+        defines = ["-DPK_USE_THREADS", f"-DPK_NUM_THREADS={cores}"] if cores > 1 else []
+        return compile_object(
+            PARALLEL_FOR, self.board.toolchain.cc, [*self.flags, *defines], [INCLUDE], b"tune-pool"
+        )
 
     # --- running -------------------------------------------------------------------------
 
