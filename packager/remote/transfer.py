@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..bundle import sha256_file
 from .errors import DeviceLost, RemoteError
 from .shell import q, rpath
 from .ssh import Session
@@ -29,14 +30,6 @@ class SyncStats:
     uploaded: list[str]
     skipped: list[str]
     bytes_sent: int
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def tree_digest(digests: dict[str, str]) -> str:

@@ -474,6 +474,20 @@ def walk(e: Expr):
         stack.extend(reversed(children(n)))
 
 
+def distinct(e: Expr, kind: type) -> list:
+    """The distinct nodes of type ``kind`` under ``e`` (shared subtrees visited once)."""
+    out, seen, stack = [], set(), [e]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if isinstance(n, kind):
+            out.append(n)
+        stack.extend(children(n))
+    return out
+
+
 def input_tensors(e: Expr) -> list[Tensor]:
     """Tensors loaded by ``e``, in first-use order, without duplicates."""
     seen: dict[int, Tensor] = {}

@@ -26,8 +26,8 @@ from .expr import (
     PlaceholderOp,
     Tensor,
     Var,
-    children,
     const,
+    distinct,
     input_tensors,
     rewrite,
     substitute,
@@ -296,16 +296,7 @@ def _guard(conds: list, s: Stmt) -> Stmt:
 
 
 def _vars(e: Expr) -> list[Var]:
-    out, stack, seen = [], [e], set()
-    while stack:
-        n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        if isinstance(n, Var):
-            out.append(n)
-        stack.extend(children(n))
-    return out
+    return distinct(e, Var)
 
 
 class _Finish:

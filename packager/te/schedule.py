@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .expr import ComputeOp, Const, IterVar, Load, Tensor, Var, children
+from .expr import ComputeOp, Const, IterVar, Load, Tensor, Var, distinct
 
 
 @dataclass(eq=False)
@@ -338,17 +338,7 @@ def _loads_of(sch: Schedule, op: ComputeOp, target: Tensor, memo: dict) -> str |
 
 
 def _loads(e) -> list[Load]:
-    """The distinct Load nodes under ``e`` (shared subtrees visited once)."""
-    out, seen, stack = [], set(), [e]
-    while stack:
-        n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        if isinstance(n, Load):
-            out.append(n)
-        stack.extend(children(n))
-    return out
+    return distinct(e, Load)
 
 
 def _is_own_index(load: Load, op: ComputeOp) -> bool:
