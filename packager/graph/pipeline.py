@@ -16,6 +16,7 @@ from .passes.fold_constants import fold_constants
 from .passes.fold_scale_shift import fold_scale_shift
 from .passes.fuse import fuse
 from .passes.layout import layout_pass
+from .passes.pack_gemm_weights import pack_gemm_weights
 from .passes.remove_identity import remove_identity
 
 
@@ -33,6 +34,7 @@ PASSES: list[tuple[str, object]] = [
     ("remove_identity", remove_identity),
     ("fold_constants", fold_constants),
     ("fold_scale_shift", fold_scale_shift),  # on NCHW weights, before layout packs them
+    ("pack_gemm_weights", pack_gemm_weights),  # after folding: BN may have changed B
     ("dce", dce),
     ("layout", layout_pass),  # after folding (weights are final), before fusion
     ("fold_constants", fold_constants),  # what layout made of constants (same name: one switch)
