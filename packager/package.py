@@ -34,6 +34,23 @@ class Compiled:
     pin_cores: tuple[int, ...] = ()  # cores the threads run on (big cores), if any
 
 
+def prepare_graph(
+    model: onnx.ModelProto,
+    board: Board | None = None,
+    input_shapes: dict[str, list[int]] | None = None,
+    path: str = "model",
+    disabled_passes: set[str] | None = None,
+    log=None,
+) -> tuple[Graph, MemoryPlan]:
+    """The optimized graph and its memory plan: what lowering (and the tuner's task
+    extraction, which must see the same kernels) starts from."""
+    graph = import_onnx(path, input_shapes, model)
+    if log:
+        log(f"imported {len(model.graph.node)} ONNX nodes -> {len(graph.nodes)} ops")
+    graph = optimize(graph, PassContext(board, set(disabled_passes or ())))
+    return graph, plan_memory(graph)
+
+
 def compile_model(
     model: onnx.ModelProto,
     board: Board | None = None,
@@ -46,10 +63,7 @@ def compile_model(
     """``tuning``: a tune.apply.Tuning whose best records replace template defaults."""
     say = log or (lambda msg: None)
     t0 = time.perf_counter()
-    graph = import_onnx(path, input_shapes, model)
-    say(f"imported {len(model.graph.node)} ONNX nodes -> {len(graph.nodes)} ops")
-    graph = optimize(graph, PassContext(board, set(disabled_passes or ())))
-    plan = plan_memory(graph)
+    graph, plan = prepare_graph(model, board, input_shapes, path, disabled_passes, say)
     kernels, funcs = lower_graph(
         graph,
         plan,

@@ -6,9 +6,8 @@ import time
 from pathlib import Path
 
 from ..boards import Board
-from ..frontend.importer import import_onnx, load_model
-from ..graph.memory import plan_memory
-from ..graph.pipeline import PassContext, optimize
+from ..frontend.importer import load_model
+from ..package import prepare_graph
 from .log import TuningLog, read_records
 from .measure import Measurer, Settings
 from .progress import Progress, summary_table
@@ -18,10 +17,8 @@ from .tuner import Options, TaskResult, tune_task
 
 def model_tasks(model_path: str, board: Board, input_shapes=None) -> list[Task]:
     """The graph exactly as ``packager build`` lowers it, so task keys match the build's."""
-    model = load_model(model_path)
-    graph = import_onnx(model_path, input_shapes, model)
-    graph = optimize(graph, PassContext(board, set()))
-    return extract_tasks(graph, board, plan_memory(graph).inplace)
+    graph, plan = prepare_graph(load_model(model_path), board, input_shapes, model_path)
+    return extract_tasks(graph, board, plan.inplace)
 
 
 def default_log_path(model_path: str, board: Board) -> Path:
