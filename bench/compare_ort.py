@@ -30,6 +30,7 @@ import networks  # noqa: E402
 
 from packager.boards import load_board  # noqa: E402
 from packager.bundle import write_bundle_files  # noqa: E402
+from packager.graph.conv_algorithms import ALGORITHMS  # noqa: E402
 from packager.native import CFLAGS, build_run_bundle  # noqa: E402
 from packager.package import compile_model  # noqa: E402
 from packager.tune.apply import Tuning, log_files  # noqa: E402
@@ -61,12 +62,15 @@ def input_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     return feeds
 
 
-def build_bundle(model: onnx.ModelProto, workdir: Path, tuned: bool = False):
-    """(bundle dir, run_bundle) for the host board; ``tuned`` applies tuning_logs/host/."""
+def build_bundle(model: onnx.ModelProto, workdir: Path, tuned: bool = False, algorithm=None):
+    """(bundle dir, run_bundle) for the host board; ``tuned`` applies tuning_logs/host/,
+    ``algorithm`` forces a conv algorithm (conv_algorithms.ALGORITHMS) where it applies."""
     board = load_board("host")
     tuning = Tuning(board, log_files(board.name)) if tuned else None
-    compiled = compile_model(model, board, tuning=tuning)
-    bundle = workdir / ("bundle_tuned" if tuned else "bundle")
+    compiled = compile_model(model, board, tuning=tuning, conv_algorithm=algorithm)
+    bundle = workdir / (
+        "bundle_tuned" if tuned else f"bundle_{algorithm}" if algorithm else "bundle"
+    )
     bundle.mkdir()
     write_bundle_files(bundle, compiled, {}, None)
     exe = build_run_bundle(bundle, cflags=[*CFLAGS, *board.toolchain.cflags])
@@ -109,7 +113,9 @@ def settle(seconds: float = 0.3) -> None:
     time.sleep(seconds)
 
 
-def compare(name: str, threads_list, rounds: int, repeat: int, tuned: bool = False) -> list[dict]:
+def compare(
+    name: str, threads_list, rounds: int, repeat: int, tuned: bool = False, algorithm=None
+) -> list[dict]:
     model = MODELS[name]()
     feeds = input_feeds(model)
     rows = []
@@ -118,6 +124,8 @@ def compare(name: str, threads_list, rounds: int, repeat: int, tuned: bool = Fal
         variants = [("bundle", bundle, exe)]
         if tuned:
             variants.append(("tuned", *build_bundle(model, Path(d), tuned=True)))
+        if algorithm:
+            variants.append((algorithm, *build_bundle(model, Path(d), algorithm=algorithm)))
         paths = {}
         for k, (n, a) in enumerate(feeds.items()):
             paths[n] = f"{d}/in{k}.npy"
@@ -154,6 +162,10 @@ def compare(name: str, threads_list, rounds: int, repeat: int, tuned: bool = Fal
                     f"  tuned {med['tuned']:9.2f} ms  tuned/ort {row['tuned_ratio']:6.2f}"
                     f"  default/tuned {row['speedup']:5.2f}"
                 )
+            if algorithm:
+                row.update({f"{algorithm}_ms": med[algorithm]})
+                gain = med["bundle"] / med[algorithm]
+                text += f"  {algorithm} {med[algorithm]:9.2f} ms ({gain:4.2f}x)"
             rows.append(row)
             print(text, flush=True)
     return rows
@@ -171,10 +183,17 @@ def main(argv=None) -> int:
         action="store_true",
         help="also time a bundle built with the shipped tuning_logs/host/ records",
     )
+    p.add_argument(
+        "--conv-algorithm",
+        choices=[a for a in ALGORITHMS if a != "direct"],
+        help="also time a bundle whose eligible convs all use this algorithm",
+    )
     args = p.parse_args(argv)
     rows = []
     for name in args.models:
-        rows += compare(name, args.threads, args.rounds, args.repeat, args.tuned)
+        rows += compare(
+            name, args.threads, args.rounds, args.repeat, args.tuned, args.conv_algorithm
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -50,10 +50,15 @@ class PackagerRep(BackendRep):
 class PackagerBackend(Backend):
     @classmethod
     def prepare(
-        cls, model: onnx.ModelProto, device: str = "CPU", input_shapes=None, **kwargs
+        cls,
+        model: onnx.ModelProto,
+        device: str = "CPU",
+        input_shapes=None,
+        conv_algorithm: str | None = None,
+        **kwargs,
     ) -> PackagerRep:
         super().prepare(model, device, **kwargs)
-        compiled = compile_model(model, input_shapes=input_shapes)
+        compiled = compile_model(model, input_shapes=input_shapes, conv_algorithm=conv_algorithm)
         tmp = tempfile.TemporaryDirectory(prefix="packager-backend-")
         bundle = Path(tmp.name) / "bundle"
         bundle.mkdir()

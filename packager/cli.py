@@ -15,6 +15,7 @@ from pathlib import Path
 from .cli_remote import add_connection_options
 from .cli_remote import add_parsers as add_board_parsers
 from .errors import PackagerError
+from .graph.conv_algorithms import ALGORITHMS
 from .tune.cli import add_parser as add_tune_parser
 
 EPILOG = """examples:
@@ -64,7 +65,13 @@ def cmd_build(args) -> int:
 
     board = load_board(args.board)
     out = package(
-        args.model, board, args.output, _shapes(args), log=log, tuning_logs=args.tuning_log
+        args.model,
+        board,
+        args.output,
+        _shapes(args),
+        log=log,
+        tuning_logs=args.tuning_log,
+        conv_algorithm=args.conv_algorithm,
     )
     print(out)
     return 0
@@ -166,6 +173,13 @@ def make_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="FILE",
         help="apply the best record per kernel (besides tuning_logs/BOARD/; repeatable)",
+    )
+    b.add_argument(
+        "--conv-algorithm",
+        choices=ALGORITHMS,
+        help="run every 3x3 stride-1 conv with this algorithm (default: per conv, the "
+        "fastest one the tuning records measured, else direct). Winograd computes in "
+        "fewer multiplies with rounding about 1e-4 of each output's scale",
     )
     b.set_defaults(fn=cmd_build)
     add_tune_parser(sub)

@@ -14,6 +14,7 @@ from . import __version__
 from .boards import Board
 from .bundle import write_bundle, write_bundle_files
 from .frontend.importer import import_onnx, load_model
+from .graph import conv_algorithms
 from .graph.ir import Graph
 from .graph.memory import MemoryPlan, plan_memory
 from .graph.pipeline import PassContext, optimize
@@ -59,11 +60,22 @@ def compile_model(
     log=None,
     disabled_passes: set[str] | None = None,
     tuning=None,
+    conv_algorithm: str | None = None,
 ) -> Compiled:
-    """``tuning``: a tune.apply.Tuning whose best records replace template defaults."""
+    """``tuning``: a tune.apply.Tuning whose best records replace template defaults and
+    choose each conv's algorithm; ``conv_algorithm`` forces one wherever it applies."""
     say = log or (lambda msg: None)
     t0 = time.perf_counter()
     graph, plan = prepare_graph(model, board, input_shapes, path, disabled_passes, say)
+    if conv_algorithm is not None or tuning is not None:
+        pick = (
+            conv_algorithms.forced(conv_algorithm)
+            if conv_algorithm is not None
+            else tuning.pick_algorithm(plan)
+        )
+        chosen = conv_algorithms.choose(graph, pick)
+        if chosen.nodes != graph.nodes:  # new filters: the params' storage is re-planned
+            graph, plan = chosen, plan_memory(chosen)
     kernels, funcs = lower_graph(
         graph,
         plan,
@@ -100,6 +112,7 @@ def package(
     selftest: bool = True,
     log=None,
     tuning_logs=(),
+    conv_algorithm: str | None = None,
 ) -> Path:
     """Package ``model_path`` for ``board`` into ``out_dir``; returns the bundle path.
     Tuning records apply from ``tuning_logs`` and the shipped ``tuning_logs/<board>/``."""
@@ -109,7 +122,9 @@ def package(
     t0 = time.perf_counter()
     model = load_model(model_path)
     tuning = Tuning(board, log_files(board.name, tuning_logs))
-    compiled = compile_model(model, board, input_shapes, model_path, say, tuning=tuning)
+    compiled = compile_model(
+        model, board, input_shapes, model_path, say, tuning=tuning, conv_algorithm=conv_algorithm
+    )
     tests = make_selftest(model, compiled.graph) if selftest else None
     manifest = {
         "format": "packager-bundle",

@@ -9,10 +9,11 @@ from packager.backend import PackagerBackend
 
 
 def run_model(
-    model: onnx.ModelProto, feeds: dict[str, np.ndarray], shapes=None
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray], shapes=None, conv_algorithm=None
 ) -> list[np.ndarray]:
     """Package ``model``, build it with the compiler directly, run it, return its outputs."""
-    return list(PackagerBackend.prepare(model, input_shapes=shapes).run(feeds))
+    rep = PackagerBackend.prepare(model, input_shapes=shapes, conv_algorithm=conv_algorithm)
+    return list(rep.run(feeds))
 
 
 def ort_outputs(model: onnx.ModelProto, feeds) -> list[np.ndarray]:

@@ -36,6 +36,23 @@ class Tuning:
         self.tuned: list[str] = []
         self.fallback: list[str] = []  # "label: why"
 
+    def pick_algorithm(self, plan):
+        """A conv_algorithms policy: the variant with the fastest record (direct when
+        no variant has one). Records of different variants of one conv come from the
+        same board, so their costs compare."""
+        from ..graph.conv_algorithms import DIRECT
+        from ..lowering import kernel_key
+
+        def pick(k, node, trial):
+            costs = {}
+            for algorithm, n, g in trial:
+                rec = self.best.get(kernel_key(n, g, plan.inplace.get(k, ())))
+                if rec is not None:
+                    costs[algorithm] = cost(rec)
+            return min(costs, key=costs.get) if costs else DIRECT
+
+        return pick
+
     def knobs_for(self, key: str, node, graph, inplace=()) -> dict | None:
         template = template_of(node, graph)
         if template is None:

@@ -51,8 +51,21 @@ def template_of(node: Node, graph: Graph) -> str | None:
     return op if op and TARGET in get_op(op).schedules else None
 
 
+def _forms(node: Node, graph: Graph):
+    """The node, then each other algorithm it may run as (conv_algorithms): every form
+    is tuned, and the build takes the fastest."""
+    from dataclasses import replace
+
+    from ..graph.conv_algorithms import variants
+
+    yield node, graph
+    for v in variants(node, graph):
+        yield v.node, replace(graph, values={**graph.values, v.weight.name: v.weight})
+
+
 def extract_tasks(graph: Graph, board: Board, inplace: dict | None = None) -> list[Task]:
-    """Unique tunable tasks, costliest (weight x FLOPs) first."""
+    """Unique tunable tasks (every algorithm of a conv is a task of its own), costliest
+    (weight x FLOPs) first."""
     from .features import flop_count
     from .space import default_func
 
@@ -60,13 +73,14 @@ def extract_tasks(graph: Graph, board: Board, inplace: dict | None = None) -> li
     inplace = inplace or {}
     for k, node in enumerate(graph.nodes):
         pairs = tuple(inplace.get(k, ()))
-        key = kernel_key(node, graph, pairs)
-        if key in tasks:
-            tasks[key].weight += 1
-            continue
-        template = template_of(node, graph)
-        if template:
-            tasks[key] = Task(key, template, node, graph, pairs, board)
+        for n, g in _forms(node, graph):
+            key = kernel_key(n, g, pairs)
+            if key in tasks:
+                tasks[key].weight += 1
+                continue
+            template = template_of(n, g)
+            if template:
+                tasks[key] = Task(key, template, n, g, pairs, board)
     for t in tasks.values():
         t.flops = flop_count(default_func(t))
     return sorted(tasks.values(), key=lambda t: -t.weight * t.flops)

@@ -1,0 +1,144 @@
+"""CPU schedule template for ``conv2d_winograd_nchwc`` (see conv_winograd.py).
+
+pad (root, parallel rows)
+input transform, parallel over (input block, tile):
+    row pass d B computed per tile into a small local buffer, then B^T (d B),
+    vectors over the input block's lanes
+products, parallel over transformed points (x output blocks):
+    per (point, oc tile, tile-of-tiles): a register tile of tile_oc blocks x
+    tile_t tiles accumulates over the input channels, then is stored
+output transform + epilogue, parallel over (n, output block, tile row):
+    per tile: (M A) into a local buffer, then A^T (M A) in registers, then the
+    group's inlined epilogue (bias, activation, residual) as the tile is stored
+"""
+
+from __future__ import annotations
+
+from .. import te
+from ..te.schedule import Schedule, create_schedule, default_schedule
+from . import conv_winograd  # noqa: F401  (registers the op this module schedules)
+from .conv_schedule import ACC_REGS, MAX_OC_TILE, default_tile
+from .registry import ScheduleContext, register_schedule
+
+
+def _by_name(sch: Schedule) -> dict[str, te.Tensor]:
+    return {st.op.name: st.tensor for st in sch.stages}
+
+
+def _find_conv(t: te.Tensor) -> te.Tensor | None:
+    stack, seen = [t], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen or not isinstance(x.op, te.ComputeOp):
+            continue
+        seen.add(id(x))
+        if x.op.tag == "conv_winograd":
+            return x
+        stack.extend(x.op.input_tensors)
+    return None
+
+
+@register_schedule("conv2d_winograd_nchwc", "cpu")
+def schedule_winograd_cpu(ctx: ScheduleContext) -> Schedule:
+    conv = _find_conv(ctx.anchor)
+    out = ctx.outs[0]
+    if conv is None or len(ctx.outs) != 1 or tuple(out.shape) != tuple(conv.shape):
+        return default_schedule(ctx.outs, ctx.vector_bits, ctx.cores)
+    sch = create_schedule(ctx.outs)
+    stages = _by_name(sch)
+    kept = {"winograd_pad", "winograd_b", "winograd_a", "winograd_m_store"}
+    for st in sch.stages:
+        if not (st.is_output or st.op.reduce_axis or st.op.name in kept):
+            st.compute_inline()
+    cfg = ctx.cfg
+    m = conv.op.attrs["tile"]
+    par = ctx.cores > 1
+    if "winograd_pad" in stages:
+        st = sch[stages["winograd_pad"]]
+        n, cb, h = st.op.axis[:3]
+        st.vectorize(st.op.axis[-1])
+        if par:
+            st.parallel(st.fuse(n, cb, h))
+    _input_transform(sch, stages, par)
+    _products(sch, stages, cfg, par)
+    _output_transform(sch, stages, conv, out, m, par)
+    return sch
+
+
+def _input_transform(sch: Schedule, stages, par: bool) -> None:
+    v = sch[stages["winograd_v"]]
+    e1, e2, icb, t, ci = v.op.axis
+    (ra,) = v.op.reduce_axis
+    v.reorder(icb, t, e1, e2, ra, ci)
+    v.unroll(ra)
+    v.vectorize(ci)
+    at = v.fuse(icb, t)
+    if par:
+        v.parallel(at)
+    dt = sch[stages["winograd_dt"]]
+    dt.compute_at(v, at)
+    _, _, a, e2d, ci = dt.op.axis
+    (rb,) = dt.op.reduce_axis
+    dt.reorder(a, e2d, rb, ci)
+    dt.unroll(rb)
+    dt.vectorize(ci)
+
+
+def _products(sch: Schedule, stages, cfg, par: bool) -> None:
+    store = sch[stages["winograd_m_store"]]
+    prod = sch[stages["winograd_m"]]
+    e1, e2, o, t, oi = store.op.axis
+    out_blocks, ntiles = o.extent, t.extent
+    oc_def, t_def = default_tile(out_blocks, ntiles, ACC_REGS)
+    oc_tile = cfg.define_split("tile_oc", out_blocks, oc_def, most=MAX_OC_TILE)
+    t_tile = cfg.define_split("tile_t", ntiles, t_def, most=16)
+    oo, oin = store.split(o, oc_tile)
+    to, tin = store.split(t, t_tile)
+    store.reorder(e1, e2, oo, to, oin, tin, oi)
+    store.unroll(oin)
+    store.unroll(tin)
+    store.vectorize(oi)
+    if par:
+        store.parallel(store.fuse(e1, e2, oo))
+    prod.compute_at(store, to)
+    _, _, po, pt, poi = prod.op.axis
+    rcb, rci = prod.op.reduce_axis
+    prod.reorder(rcb, rci, po, pt, poi)
+    prod.unroll(po)
+    prod.unroll(pt)
+    prod.vectorize(poi)
+
+
+def _output_transform(sch: Schedule, stages, conv, out, m: int, par: bool) -> None:
+    st = sch[out]
+    n, ob, h, w, oi = st.op.axis
+    ho, hi = st.split(h, m)
+    wo, wi = st.split(w, m)
+    if out is conv:
+        st.reorder(n, ob, ho, wo, conv.op.reduce_axis[0], hi, wi, oi)
+    else:
+        st.reorder(n, ob, ho, wo, hi, wi, oi)
+    st.unroll(hi)
+    st.unroll(wi)
+    st.vectorize(oi)
+    if par:
+        st.parallel(st.fuse(n, ob, ho))
+    z = sch[stages["winograd_z"]]
+    if out is conv:
+        z.compute_at(st, wo)
+    else:  # z is read by the conv stage only: computed at it (one tile)
+        y = sch[conv]
+        y.compute_at(st, wo)
+        _, yob, yh, yw, yoi = y.op.axis
+        (ya,) = y.op.reduce_axis
+        y.reorder(ya, yh, yw, yoi)
+        y.unroll(yh)
+        y.unroll(yw)
+        y.vectorize(yoi)
+        z.compute_at(y, yob)
+    _, _, a, zwi, zoi = z.op.axis
+    (rb2,) = z.op.reduce_axis
+    z.reorder(a, rb2, zwi, zoi)
+    z.unroll(rb2)
+    z.unroll(zwi)
+    z.vectorize(zoi)

@@ -1,0 +1,116 @@
+"""Conv algorithm choice: which convs may run as Winograd, the rewrite it makes, and whole
+networks built with each algorithm against ONNX Runtime."""
+
+from __future__ import annotations
+
+import networks
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from packager.boards import load_board
+from packager.graph import conv_algorithms as ca
+from packager.ops.conv_winograd import matrices
+from packager.package import compile_model, prepare_graph
+
+from ..helpers import ort_outputs, run_model
+
+
+def _conv_model(c=16, oc=16, hw=12, k=3, stride=1, group=1, dilation=1):
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((oc, c // group, k, k)).astype(np.float32)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, oc, hw // stride, hw // stride])
+    pad = dilation * (k // 2)
+    nodes = [
+        helper.make_node(
+            "Conv",
+            ["x", "w"],
+            ["c"],
+            pads=[pad] * 4,
+            strides=[stride] * 2,
+            group=group,
+            dilations=[dilation] * 2,
+        ),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "conv", [x], [y], [numpy_helper.from_array(w, "w")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _convs(model):
+    graph, _ = prepare_graph(model, load_board("host"))
+    return graph, [n for n in graph.nodes if n.op in ("fused", "conv2d_nchwc")]
+
+
+@pytest.mark.parametrize(
+    "kwargs,ok",
+    [
+        ({}, True),
+        ({"stride": 2}, False),
+        ({"k": 1}, False),
+        ({"k": 5}, False),
+        ({"group": 16}, False),  # depthwise
+        ({"group": 2}, False),
+        ({"dilation": 2}, False),
+        ({"c": 3}, False),  # a network's first conv reads plain NCHW
+    ],
+)
+def test_which_convs_are_eligible(kwargs, ok):
+    graph, (node,) = _convs(_conv_model(**kwargs))
+    assert ca.eligible(node, graph) is ok
+    assert len(ca.variants(node, graph)) == (2 if ok else 0)
+
+
+def test_forced_rewrite_swaps_the_filters_for_their_transform():
+    model = _conv_model()
+    graph, (node,) = _convs(model)
+    w_name = next(i for i in node.inputs if graph.values[i].is_const)
+    out = ca.choose(graph, ca.forced("winograd_4"))
+    (new,) = [n for n in out.nodes if n.op == "fused"]
+    assert [n["op"] for n in new.attrs["nodes"]] == ["conv2d_winograd_nchwc", "relu"]
+    assert new.attrs["nodes"][0]["attrs"] == {"pads": [1, 1, 1, 1], "tile": 4}
+    consts = [v.name for v in out.consts()]
+    assert w_name not in consts and f"{w_name}__winograd4" in consts
+    u = out.values[f"{w_name}__winograd4"].data
+    assert u.shape == (6, 6, 2, 16, 8)
+    # Filters of output channel 9 (block 1, lane 1) and input channel 5, transformed.
+    w = numpy_helper.to_array(model.graph.initializer[0]).astype(np.float64)
+    _, g, _ = matrices(4)
+    np.testing.assert_allclose(u[:, :, 1, 5, 1], g @ w[9, 5] @ g.T, rtol=1e-6, atol=1e-6)
+    # The graph given is unchanged; direct keeps it as it is.
+    assert [n["op"] for n in node.attrs["nodes"]] == ["conv2d_nchwc", "relu"]
+    assert w_name in [v.name for v in graph.consts()]
+    assert ca.choose(graph, ca.forced("direct")).nodes == graph.nodes
+
+
+def test_unknown_algorithm_is_refused():
+    with pytest.raises(ValueError, match="unknown conv algorithm 'fft'.*direct, winograd_2"):
+        ca.forced("fft")
+
+
+@pytest.mark.parametrize("algorithm", ["winograd_2", "winograd_4"])
+def test_resnet_with_winograd_matches_onnxruntime(algorithm):
+    model = networks.resnet(seed=2, blocks=(1, 1, 1, 1), width=16, size=64)
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 3, 64, 64)).astype(np.float32)
+    (want,) = ort_outputs(model, {"input": x})
+    compiled = compile_model(model, conv_algorithm=algorithm)
+    ops = [n["op"] for node in compiled.graph.nodes for n in node.attrs.get("nodes", [])]
+    assert ops.count("conv2d_winograd_nchwc") >= 3
+    (got,) = run_model(model, {"input": x}, conv_algorithm=algorithm)
+    # Winograd rounds differently from a direct sum: compare at the output's scale.
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * np.abs(want).max())
+
+
+def test_cli_build_with_a_forced_algorithm(tmp_path, cli):
+    path = tmp_path / "conv.onnx"
+    onnx.save(_conv_model(), path)
+    code, _, err = cli(
+        "build", path, "--board", "host", "-o", tmp_path / "b", "--conv-algorithm", "winograd_2"
+    )
+    assert code == 0, err
+    assert any("winograd" in p.name for p in (tmp_path / "b" / "kernels").glob("*.c"))
+    with pytest.raises(SystemExit) as stop:  # argparse refuses it, naming the choices
+        cli("build", path, "--board", "host", "-o", tmp_path / "c", "--conv-algorithm", "fast")
+    assert stop.value.code == 2 and not (tmp_path / "c").exists()
