@@ -1,0 +1,69 @@
+"""A 3x3 stride-1 conv is tuned in each of its forms (direct, Winograd F(2x2), F(4x4)),
+and the build runs the form whose record is fastest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from packager.boards import load_board
+from packager.runner import selftest_local
+from packager.tune.log import cost, read_records
+from packager.tune.run import model_tasks
+
+TEMPLATES = ["conv2d_nchwc", "conv2d_winograd_nchwc", "conv2d_winograd_nchwc"]
+
+
+def _kernels(bundle) -> str:
+    return " ".join(sorted(p.name for p in (bundle / "kernels").glob("k_*.c")))
+
+
+def test_every_form_of_a_conv_is_a_task(conv_onnx):
+    tasks = model_tasks(str(conv_onnx), load_board("host"))
+    assert sorted(t.template for t in tasks) == sorted(TEMPLATES)
+    tiles = sorted(
+        t.node.attrs["nodes"][0]["attrs"].get("tile", 0) for t in tasks if t.node.op == "fused"
+    )
+    assert tiles == [0, 2, 4]
+
+
+@pytest.mark.slow
+def test_the_build_takes_the_fastest_form(conv_onnx, tmp_path, cli):
+    log = tmp_path / "conv.jsonl"
+    code, _, err = cli("tune", conv_onnx, "--board", "host", "--trials", 4, "--log", log)
+    assert code == 0, err
+    records = read_records(log)
+    assert {r["task"]["template"] for r in records} == set(TEMPLATES)
+    best = {}
+    for r in records:
+        key = r["task"]["key"]
+        if key not in best or cost(r) < cost(best[key]):
+            best[key] = r
+    fastest = min(best.values(), key=cost)
+    code, _, err = cli(
+        "build", conv_onnx, "--board", "host", "-o", tmp_path / "b", "--tuning-log", log
+    )
+    assert code == 0 and "1 of 1 tunable kernels use a tuned config" in err
+    uses_winograd = "winograd" in _kernels(tmp_path / "b")
+    assert uses_winograd == (fastest["task"]["template"] == "conv2d_winograd_nchwc")
+    assert selftest_local(tmp_path / "b", load_board("host")).returncode == 0
+
+    # The same log with its costs swapped around: whichever form is made fastest is used.
+    for template, tile in [("conv2d_nchwc", None), ("conv2d_winograd_nchwc", 2)]:
+        edited = tmp_path / f"edited_{tile}.jsonl"
+        lines = []
+        for r in records:
+            inner = json.loads(r["task"]["key"])[0][1][0][1]
+            chosen = r["task"]["template"] == template and inner.get("tile") == tile
+            if r["result"]["costs"]:
+                r = {**r, "result": {**r["result"], "costs": [1e-6 if chosen else 1.0]}}
+            lines.append(json.dumps(r))
+        edited.write_text("\n".join(lines) + "\n")
+        out = tmp_path / f"b_{tile}"
+        code, _, err = cli("build", conv_onnx, "--board", "host", "-o", out, "--tuning-log", edited)
+        assert code == 0, err
+        assert ("winograd" in _kernels(out)) == (tile is not None)
+        if tile is not None:
+            assert json.loads((out / "graph.json").read_text())  # a valid bundle
+            assert selftest_local(out, load_board("host")).returncode == 0
