@@ -70,9 +70,11 @@ def extract_tasks(graph: Graph, board: Board, inplace: dict | None = None) -> li
     from .space import default_func
 
     tasks: dict[str, Task] = {}
+    form_of: dict[str, str] = {}  # key of another algorithm's form -> key of the node's own
     inplace = inplace or {}
     for k, node in enumerate(graph.nodes):
         pairs = tuple(inplace.get(k, ()))
+        own = kernel_key(node, graph, pairs)
         for n, g in _forms(node, graph):
             key = kernel_key(n, g, pairs)
             if key in tasks:
@@ -81,6 +83,11 @@ def extract_tasks(graph: Graph, board: Board, inplace: dict | None = None) -> li
             template = template_of(n, g)
             if template:
                 tasks[key] = Task(key, template, n, g, pairs, board)
+                if key != own:
+                    form_of[key] = own
     for t in tasks.values():
-        t.flops = flop_count(default_func(t))
+        if t.key not in form_of:
+            t.flops = flop_count(default_func(t))
+    for key, own in form_of.items():  # GFLOPS of every form count the same (direct) work
+        tasks[key].flops = tasks[own].flops
     return sorted(tasks.values(), key=lambda t: -t.weight * t.flops)
