@@ -176,13 +176,20 @@ def conv2d_winograd_nchwc(inputs, attrs):
         t = (bn * th + hh // m) * tw + ww // m
         return te.sum(a_mat[ra2, hh % m] * z[o, t, ra2, ww % m, oi], ra2)
 
+    # Whole tiles: a tile of the output is then a fixed-size region of this stage (a
+    # schedule computes it per tile); the crop to OH x OW is inlined into the epilogue.
     out = te.compute(
-        [n, ob, oh, ow, y],
+        [n, ob, th * m, tw * m, y],
         output,
         name="conv_winograd",
         tag="conv_winograd",
         attrs={"tile": m},
     )
+    if (th * m, tw * m) != (oh, ow):
+        full = out
+        out = te.compute(
+            [n, ob, oh, ow, y], lambda *i: full[i], name="winograd_crop", tag="injective"
+        )
     if len(inputs) < 3 or inputs[2] is None:
         return [out]
     bias = inputs[2]

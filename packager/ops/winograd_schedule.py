@@ -38,11 +38,20 @@ def _find_conv(t: te.Tensor) -> te.Tensor | None:
     return None
 
 
+def _tiles_of(out: te.Tensor, conv: te.Tensor) -> bool:
+    """Whether ``out`` is an elementwise epilogue of the conv (cropped to the output size
+    when the conv computes whole tiles past it)."""
+    if out.ndim != 5:
+        return False
+    same = [out.shape[d] == conv.shape[d] for d in (0, 1, 4)]
+    return all(same) and all(out.shape[d] <= conv.shape[d] for d in (2, 3))
+
+
 @register_schedule("conv2d_winograd_nchwc", "cpu")
 def schedule_winograd_cpu(ctx: ScheduleContext) -> Schedule:
     conv = _find_conv(ctx.anchor)
     out = ctx.outs[0]
-    if conv is None or len(ctx.outs) != 1 or tuple(out.shape) != tuple(conv.shape):
+    if conv is None or len(ctx.outs) != 1 or not _tiles_of(out, conv):
         return default_schedule(ctx.outs, ctx.vector_bits, ctx.cores)
     sch = create_schedule(ctx.outs)
     stages = _by_name(sch)

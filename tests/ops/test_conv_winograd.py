@@ -130,3 +130,21 @@ def test_template_knobs():
     get_op(op).schedules["cpu"](ScheduleContext([out], conv, attrs, cfg, 256, 2))
     assert set(cfg.space) == {"tile_oc", "tile_t"}
     assert cfg.space["tile_t"].candidates == (1, 2, 4)  # divisors of the 4 tiles
+
+
+@pytest.mark.parametrize("m,hw", [(4, (14, 14)), (2, (7, 7)), (4, (8, 8))])
+def test_output_transform_works_one_tile_at_a_time(m, hw):
+    """Output sizes that are not whole tiles still give per-tile local buffers (the
+    region of one tile, not the whole plane recomputed for every tile)."""
+    from packager.te.ir import Allocate, walk_stmts
+
+    args, out, anchor = _group(16, 16, hw, m, "relu")
+    sch = schedule_for([out], anchor, "cpu", None, {})
+    prim = te.lower(sch, [*args, out], "k_wino")
+    sizes = {
+        s.buffer.name: s.buffer.size
+        for s in walk_stmts(prim.body)
+        if isinstance(s, Allocate) and s.buffer.scope == "local"
+    }
+    assert sizes["conv_winograd"] == m * m * BLOCK
+    assert sizes["winograd_z"] == (m + 2) * m * BLOCK
