@@ -33,7 +33,12 @@ class Task:
     @property
     def label(self) -> str:
         shapes = [list(self.graph.values[i].shape) for i in self.node.inputs[:1]]
-        return f"{self.template} {'x'.join(map(str, shapes[0])) if shapes else ''}".strip()
+        name = self.template
+        inner = self.node.attrs.get("nodes", [{"op": self.node.op, "attrs": self.node.attrs}])
+        conv = [n["attrs"] for n in inner if n["op"] == "conv2d_winograd_nchwc"]
+        tile = conv[0].get("tile") if conv else None
+        name += f" F{tile}x{tile}" if tile else ""  # the Winograd forms of one conv differ here
+        return f"{name} {'x'.join(map(str, shapes[0])) if shapes else ''}".strip()
 
     def workload(self) -> list:
         return json.loads(self.key)
