@@ -12,8 +12,10 @@ names) lives in a ``Lang`` table, so an OpenCL table can reuse it. C specifics:
   out-of-range values are undefined behaviour, as in C);
 * narrow integer arithmetic (8/16 bit) is cast back to its type after each op so
   it wraps like numpy; 32/64-bit signed overflow is C's undefined behaviour;
-* vectorized loops whose body is a plain store of contiguous/invariant loads and
-  + - * / become GCC/Clang vector-extension code (unaligned memcpy loads/stores);
+* vectorized loops whose body is a plain store of contiguous/invariant loads,
+  + - * / and selects whose condition is the same for every lane (padding guards:
+  an if/else, so only the taken branch loads) become GCC/Clang vector-extension
+  code (unaligned memcpy loads/stores);
   other bodies fall back to a scalar loop (with ``#pragma GCC ivdep`` only when
   no stored buffer is read at another index);
 * parallel loops are outlined into ``static void NAME_parK(void* ctx, int64_t i)``
@@ -565,10 +567,31 @@ class _Printer:
                 return f"({self(e.a)} != 0)"
             return f"(({self.r.ctype(e.dtype)}){self(e.a)})"
         if isinstance(e, Select):
+            if self.is_vec(e):
+                return self._vector_select(e)
             return f"({self(e.cond)} ? {self(e.t)} : {self(e.f)})"
         if isinstance(e, Call):
             return self._call(e)
         raise TypeError(f"cannot render {type(e).__name__}")
+
+    def _vector_select(self, e: Select) -> str:
+        """A select whose condition is the same for every lane (a padding guard): an
+        if/else, so the taken branch's loads are the only ones made."""
+        cond = self(e.cond)
+        t = self.r.temp(self.type_of(e), None)
+        self.r.emit(f"if ({cond}) {{")
+        self._branch(t, e.t)
+        self.r.emit("} else {")
+        self._branch(t, e.f)
+        self.r.emit("}")
+        return t
+
+    def _branch(self, t: str, e: Expr) -> None:
+        memo = dict(self.memo)  # temps made in the branch are local to its block
+        self.r.depth += 1
+        self.r.emit(f"{t} = {self.operand(e, True)};")
+        self.r.depth -= 1
+        self.memo = memo
 
     def _binary(self, e: Binary) -> str:
         op, dt = e.op, e.a.dtype
@@ -796,6 +819,9 @@ def _vector_expr(e: Expr, s: For, simp: Simplifier) -> bool:
             continue
         if isinstance(n, Unary) and n.op == "neg":
             stack.append(n.a)
+            continue
+        if isinstance(n, Select) and not _uses(n.cond, s.var):
+            stack.extend((n.t, n.f))  # one branch for all lanes (see _vector_select)
             continue
         if not isinstance(n, Binary) or n.op not in _VEC_OPS:
             return False

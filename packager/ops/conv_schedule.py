@@ -21,6 +21,7 @@ from __future__ import annotations
 from .. import te
 from ..te.schedule import Schedule, create_schedule, default_schedule
 from . import conv_nchwc  # noqa: F401  (registers the op this module schedules)
+from .dwconv_schedule import is_depthwise, schedule_depthwise_cpu
 from .registry import ScheduleContext, register_schedule
 
 # Accumulators one register tile may use. Measured on AVX2/AVX-512 (EPYC, GCC -O2):
@@ -66,6 +67,9 @@ def default_tile(out_blocks: int, out_width: int, budget: int = ACC_REGS) -> tup
 def schedule_conv2d_nchwc_cpu(ctx: ScheduleContext) -> Schedule:
     conv = _find(ctx.anchor, "conv")
     out = ctx.outs[0]
+    if conv is not None and len(ctx.outs) == 1 and tuple(out.shape) == tuple(conv.shape):
+        if is_depthwise(conv):
+            return schedule_depthwise_cpu(ctx, conv)
     if conv is None or len(ctx.outs) != 1 or tuple(out.shape) != tuple(conv.shape):
         return default_schedule(ctx.outs)  # an epilogue that changes shape: no tile to share
     sch = create_schedule(ctx.outs)
