@@ -12,8 +12,11 @@
  * Workers spin briefly for the next job before sleeping (kernels come microseconds apart).
  * Work is handed out one index at a time through an atomic counter: kernels parallelize
  * outer loops whose iterations are large, so the counter is cheap next to the work, and
- * uneven iterations balance themselves. A parallel loop inside a parallel loop, or one
- * started while another thread owns the pool, runs serially in the calling thread.
+ * uneven iterations balance themselves. The caller waits only for the workers that took
+ * part in a loop: on a busy machine a worker may not run for a scheduler time slice, and
+ * the caller then does the whole loop itself instead of waiting for it. A parallel loop
+ * inside a parallel loop, or one started while another thread owns the pool, runs
+ * serially in the calling thread.
  */
 #if defined(PK_USE_THREADS) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* pthread_setaffinity_np */
@@ -47,19 +50,29 @@ void pk_parallel_for(void (*body)(void* ctx, int64_t i), void* ctx, int64_t n) {
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER; /* a new job was posted */
-static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER; /* the last worker is done */
+static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER; /* the last worker left */
 static pthread_mutex_t owner = PTHREAD_MUTEX_INITIALIZER; /* held while a loop uses the pool */
+
+/* The job word: job number (high 32 bits), OPEN, and how many workers entered the job
+ * (low bits). A worker takes part in a job only by entering it with a compare-and-swap on
+ * this word while it is open; the caller closes it once every index is handed out and
+ * then waits only for the workers that entered. A worker the OS has not run yet (another
+ * process on its core, a slow wake-up) thus costs the caller nothing: it finds the job
+ * closed, or a newer one, when it runs. The job number in the word keeps such a late
+ * worker from entering a later job with an earlier one's view. */
+#define JOB_OPEN ((uint64_t)1 << 31)
+#define JOB_ENTERED (JOB_OPEN - 1)
 
 typedef struct {
     int workers; /* threads besides the caller */
     int cores[PK_MAX_THREADS];
     int ncores;
-    unsigned long generation;
+    uint64_t job; /* the job word (atomic) */
     void (*body)(void* ctx, int64_t i);
     void* ctx;
     int64_t n;
     int64_t next; /* next index to hand out (atomic) */
-    int active;   /* workers not done with the current job */
+    int left;     /* workers that entered the current job and are done with it (atomic) */
 } pk_pool;
 
 static pk_pool pool;
@@ -99,12 +112,12 @@ static void pin(int thread) {
 #endif
 }
 
-static void run_chunks(void) {
+static void run_chunks(void (*body)(void* ctx, int64_t i), void* ctx, int64_t n) {
     in_parallel = 1;
     for (;;) {
         int64_t i = __atomic_fetch_add(&pool.next, 1, __ATOMIC_RELAXED);
-        if (i >= pool.n) break;
-        pool.body(pool.ctx, i);
+        if (i >= n) break;
+        body(ctx, i);
     }
     in_parallel = 0;
 }
@@ -126,27 +139,53 @@ static void cpu_relax(int i) {
 #endif
 }
 
-static unsigned long next_job(unsigned long seen) {
-    for (int i = 0; i < PK_SPIN; i++) {
-        unsigned long g = __atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE);
-        if (g != seen) return g;
-        cpu_relax(i);
+static uint32_t job_number(uint64_t w) {
+    return (uint32_t)(w >> 32);
+}
+
+/* Waits for a job newer than ``seen`` and enters it; returns its number. A job found
+ * closed (the others finished it first) is skipped. */
+static uint32_t enter_next_job(uint32_t seen) {
+    for (int i = 0;; i++) {
+        uint64_t w = __atomic_load_n(&pool.job, __ATOMIC_ACQUIRE);
+        if (job_number(w) != seen) {
+            if (!(w & JOB_OPEN)) {
+                seen = job_number(w); /* over before this worker got to it */
+                i = 0;
+                continue;
+            }
+            if (__atomic_compare_exchange_n(&pool.job, &w, w + 1, 0, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE))
+                return job_number(w);
+            continue; /* the word changed (another worker entered, or it closed): look again */
+        }
+        if (i < PK_SPIN) {
+            cpu_relax(i);
+            continue;
+        }
+        pthread_mutex_lock(&mu);
+        while (job_number(__atomic_load_n(&pool.job, __ATOMIC_ACQUIRE)) == seen)
+            pthread_cond_wait(&work_cv, &mu);
+        pthread_mutex_unlock(&mu);
+        i = 0;
     }
-    pthread_mutex_lock(&mu);
-    while (__atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE) == seen)
-        pthread_cond_wait(&work_cv, &mu);
-    pthread_mutex_unlock(&mu);
-    return __atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE);
 }
 
 static void* worker(void* arg) {
     pin((int)(intptr_t)arg);
-    unsigned long seen = 0;
+    uint32_t seen = 0;
     for (;;) {
-        seen = next_job(seen);
-        run_chunks();
-        if (__atomic_sub_fetch(&pool.active, 1, __ATOMIC_ACQ_REL) == 0) {
-            pthread_mutex_lock(&mu); /* under the lock: the caller cannot miss the signal */
+        seen = enter_next_job(seen);
+        /* Entered: the caller waits for this worker before it changes the job. */
+        run_chunks(pool.body, pool.ctx, pool.n);
+        /* Leave. Sequentially consistent with the caller's close and its reading of
+         * ``left``: either the caller sees this worker gone, or this worker sees the job
+         * closed and, if it is the last to leave, signals (under the lock: the caller
+         * cannot miss it). */
+        int left = __atomic_add_fetch(&pool.left, 1, __ATOMIC_SEQ_CST);
+        uint64_t w = __atomic_load_n(&pool.job, __ATOMIC_SEQ_CST);
+        if (!(w & JOB_OPEN) && left == (int)(w & JOB_ENTERED)) {
+            pthread_mutex_lock(&mu);
             pthread_cond_signal(&done_cv);
             pthread_mutex_unlock(&mu);
         }
@@ -174,24 +213,35 @@ void pk_parallel_for(void (*body)(void* ctx, int64_t i), void* ctx, int64_t n) {
         run_serial(body, ctx, n);
         return;
     }
+    /* No worker is inside a job here (the last caller waited for those that entered), so
+     * the job's fields can be written; the release store of the open word publishes them. */
     pool.body = body;
     pool.ctx = ctx;
     pool.n = n;
-    pool.next = 0;
-    pool.active = pool.workers;
+    __atomic_store_n(&pool.next, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&pool.left, 0, __ATOMIC_RELAXED);
+    uint32_t number = job_number(__atomic_load_n(&pool.job, __ATOMIC_RELAXED)) + 1;
     pthread_mutex_lock(&mu);
-    __atomic_add_fetch(&pool.generation, 1, __ATOMIC_RELEASE); /* publishes the job */
+    __atomic_store_n(&pool.job, ((uint64_t)number << 32) | JOB_OPEN, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&work_cv);
     pthread_mutex_unlock(&mu);
 
-    run_chunks();
+    run_chunks(body, ctx, n);
 
-    for (int i = 0; i < PK_SPIN && __atomic_load_n(&pool.active, __ATOMIC_ACQUIRE) > 0; i++)
+    /* Every index is handed out: close the job, then wait for the workers that entered. */
+    uint64_t w = __atomic_load_n(&pool.job, __ATOMIC_SEQ_CST);
+    while (!__atomic_compare_exchange_n(&pool.job, &w, w & ~JOB_OPEN, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST)) {
+    }
+    int entered = (int)(w & JOB_ENTERED);
+    for (int i = 0; i < PK_SPIN && __atomic_load_n(&pool.left, __ATOMIC_SEQ_CST) < entered; i++)
         cpu_relax(i);
-    pthread_mutex_lock(&mu);
-    while (__atomic_load_n(&pool.active, __ATOMIC_ACQUIRE) > 0)
-        pthread_cond_wait(&done_cv, &mu);
-    pthread_mutex_unlock(&mu);
+    if (__atomic_load_n(&pool.left, __ATOMIC_SEQ_CST) < entered) {
+        pthread_mutex_lock(&mu);
+        while (__atomic_load_n(&pool.left, __ATOMIC_SEQ_CST) < entered)
+            pthread_cond_wait(&done_cv, &mu);
+        pthread_mutex_unlock(&mu);
+    }
     pthread_mutex_unlock(&owner);
 }
 
