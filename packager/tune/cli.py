@@ -21,7 +21,19 @@ def add_parser(sub) -> None:
     t.add_argument("model", metavar="MODEL.onnx")
     t.add_argument("--board", required=True)
     t.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...")
-    t.add_argument("--trials", type=int, default=200, help="configs measured per task (200)")
+    t.add_argument(
+        "--trials",
+        type=int,
+        default=200,
+        help="valid measurements per task (200); configs that fail do not count",
+    )
+    t.add_argument(
+        "--max-errors",
+        type=int,
+        metavar="N",
+        help="failed configs (refused, compile error, crash, wrong answer) tried at most "
+        "per task before it stops (default: as many as --trials)",
+    )
     t.add_argument("--tuner", choices=sorted(PROPOSERS), default="xgb")
     t.add_argument(
         "--early-stopping",
@@ -47,6 +59,7 @@ def cmd_tune(args) -> int:
     log_path = Path(args.log) if args.log else default_log_path(args.model, board)
     opts = Options(trials=args.trials, tuner=args.tuner, early_stopping=args.early_stopping)
     opts.seed = args.seed
+    opts.max_errors = args.max_errors
     results = tune_model(args.model, board, opts, log_path, _shapes(args), args.time_budget)
     print(summary(results))
     print(f"log: {log_path}", file=sys.stderr)

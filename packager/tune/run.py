@@ -41,7 +41,7 @@ def tune_model(
     if time_budget_min:
         opts.deadline = time.monotonic() + 60 * time_budget_min
     progress = progress or Progress()
-    measurer = Measurer(board, settings)
+    measurer = Measurer(board, settings, log=progress.note)
     results = []
     try:
         for k, task in enumerate(tasks, 1):
@@ -50,6 +50,8 @@ def tune_model(
             progress.update(res.trials, res.gflops(res.best_cost), final=True)
             results.append(res)
     finally:
+        for line in measurer.runner.summary():  # a pool: who measured what
+            progress.note(line)
         measurer.close()
     return results
 

@@ -31,7 +31,7 @@ def test_tune_writes_a_log_the_next_build_applies(conv_onnx, tmp_path, cli):
     assert code == 0, err
     assert "best GFLOPS" in out and "16/16 trials" in err
     lines = log.read_text().splitlines()
-    assert len(lines) == 16
+    assert len([r for r in read_records(log) if cost(r) < float("inf")]) == 16  # valid ones
     for line in lines:
         rec = json.loads(line)
         assert {"version", "board", "task", "config", "result"} <= set(rec)
@@ -86,4 +86,5 @@ def test_a_stopped_tune_resumes(conv_onnx, tmp_path):
     res = tune_task(task, Measurer(board, FAST), log, opts)
     indices = [r["config"]["index"] for r in log.records()]
     assert indices[:6] == first
-    assert len(indices) == 12 == len(set(indices)) == res.trials
+    assert len(indices) == len(set(indices))
+    assert sum(cost(r) < float("inf") for r in log.records()) == 12 == res.trials
