@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from ..errors import PackagerError
+from ..graph.conv_algorithms import ALGORITHMS
 from .search import PROPOSERS
 
 
@@ -21,7 +22,19 @@ def add_parser(sub) -> None:
     t.add_argument("model", metavar="MODEL.onnx")
     t.add_argument("--board", required=True)
     t.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...")
-    t.add_argument("--trials", type=int, default=200, help="configs measured per task (200)")
+    t.add_argument(
+        "--trials",
+        type=int,
+        default=200,
+        help="valid measurements per task (200); configs that fail do not count",
+    )
+    t.add_argument(
+        "--max-errors",
+        type=int,
+        metavar="N",
+        help="failed configs (refused, compile error, crash, wrong answer) tried at most "
+        "per task before it stops (default: as many as --trials)",
+    )
     t.add_argument("--tuner", choices=sorted(PROPOSERS), default="xgb")
     t.add_argument(
         "--early-stopping",
@@ -32,6 +45,14 @@ def add_parser(sub) -> None:
     t.add_argument("--time-budget", type=float, metavar="MINUTES", help="for the whole run")
     t.add_argument("--log", metavar="FILE", help="tuning log (tuning_logs/BOARD/MODEL.jsonl)")
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument(
+        "--conv-algorithm",
+        action="append",
+        choices=ALGORITHMS,
+        metavar="ALG",
+        help="tune only these forms of the 3x3 stride-1 convs (repeatable; default: all of "
+        f"{', '.join(ALGORITHMS)}; the build takes the fastest form measured)",
+    )
     t.set_defaults(fn=cmd_tune)
 
 
@@ -47,7 +68,16 @@ def cmd_tune(args) -> int:
     log_path = Path(args.log) if args.log else default_log_path(args.model, board)
     opts = Options(trials=args.trials, tuner=args.tuner, early_stopping=args.early_stopping)
     opts.seed = args.seed
-    results = tune_model(args.model, board, opts, log_path, _shapes(args), args.time_budget)
+    opts.max_errors = args.max_errors
+    results = tune_model(
+        args.model,
+        board,
+        opts,
+        log_path,
+        _shapes(args),
+        args.time_budget,
+        algorithms=args.conv_algorithm,
+    )
     print(summary(results))
     print(f"log: {log_path}", file=sys.stderr)
     return 0

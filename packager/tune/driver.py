@@ -4,7 +4,8 @@ Candidates are C functions with distinct names, linked into one binary with the
 default-schedule kernel (``pk_ref``). The driver fills the inputs from a fixed PRNG,
 runs the reference once, then for each candidate named on its command line: prints
 ``S id`` (so a crash or a hang can be blamed on it), runs it once and compares every
-output with the reference, warms up, calibrates how many calls make one sample, and
+output with the reference (that call is also the warm-up, and its time calibrates how
+many calls make one sample: a slow candidate costs one call per sample more), and
 prints ``R id ok t1 t2 ...`` (seconds per call, one per sample) or ``R id ERROR``.
 Usage: ``driver MIN_SECONDS SAMPLES POS...`` (POS: position in the candidate table).
 """
@@ -55,11 +56,9 @@ static int same(const void *got, const void *want, int dt, size_t bytes) {
     return memcmp(got, want, bytes) == 0;
 }
 
-static void time_one(int k, double min_s, int samples) {
-    double t0 = now(), one;
+static void time_one(int k, double min_s, int samples, double one) {
+    double t0;
     int number, r, n;
-    FNS[k](args); /* warm-up: caches, page faults */
-    one = now() - t0;
     number = one > 0 ? (int)(min_s / samples / one) + 1 : 1;
     printf("R %d ok", IDS[k]);
     for (r = 0; r < samples; ++r) {
@@ -85,13 +84,17 @@ int main(int argc, char **argv) {
     }
     for (a = 3; a < argc; ++a) {
         int k = atoi(argv[a]), ok = 1;
+        double t0, one;
         printf("S %d\n", IDS[k]);
         fflush(stdout);
         for (i = NIN; i < NARGS; ++i) memset(args[i], 0xff, BYTES[i]); /* NaN: unwritten fails */
+        t0 = now();
+        /* the checked call is also the warm-up (caches, page faults) and the calibration */
         if (FNS[k](args) != 0) { printf("R %d runtime_error\n", IDS[k]); fflush(stdout); continue; }
+        one = now() - t0;
         for (i = NIN; i < NARGS; ++i) ok = ok && same(args[i], ref[i], DT[i], BYTES[i]);
         if (!ok) printf("R %d wrong_answer\n", IDS[k]);
-        else time_one(k, min_s, samples);
+        else time_one(k, min_s, samples, one);
         fflush(stdout);
     }
     return 0;

@@ -176,6 +176,21 @@ def _loads(store: Store) -> list:
     return [(n.buffer, n.index) for n in walk(store.value) if isinstance(n, BufferLoad)]
 
 
-def knob_features(digits: list[int]) -> np.ndarray:
-    """The alternative: the knob setting itself (candidate positions)."""
-    return np.array(digits, dtype=np.float32)
+def knob_features(space, digits: list[int]) -> np.ndarray:
+    """The alternative, at no cost (no lowering): the knob setting itself. A knob of numbers
+    gives log2 of its value, a yes/no knob 0 or 1, any other knob one slot per candidate
+    (its choices have no order: a loop order, a parallel pattern); then the log2 of the
+    product of the split knobs (``tile_*``: the register tile's accumulators)."""
+    out: list[float] = []
+    tile = 0.0
+    for knob, d in zip(space.knobs, digits, strict=True):
+        value = knob.candidates[d]
+        if isinstance(value, bool):
+            out.append(float(value))
+        elif isinstance(value, int):
+            out.append(math.log2(value + 1))
+            if knob.name.startswith("tile_"):
+                tile += math.log2(max(value, 1))
+        else:
+            out += [float(k == d) for k in range(len(knob.candidates))]
+    return np.array([*out, tile], dtype=np.float32)

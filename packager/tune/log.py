@@ -18,13 +18,19 @@ VERSION = 1
 ERRORS = ("compile_error", "runtime_error", "timeout", "wrong_answer", "invalid")
 
 
-def make_record(board, task, index: int, knobs: dict, costs: list, error: str | None) -> dict:
+def make_record(
+    board, task, index: int, knobs: dict, costs: list, error: str | None, device=None
+) -> dict:
+    """``device``: the pool device (``user@host:port``) that measured it, for a remote board."""
+    result = {"costs": costs, "error": error, "timestamp": round(time.time(), 3)}
+    if device:
+        result["device"] = device
     return {
         "version": VERSION,
         "board": {"name": board.name, "cpu": board.cpu, "arch": board.arch},
         "task": {"template": task.template, "key": task.key, "flops": task.flops},
         "config": {"index": index, "knobs": knobs},
-        "result": {"costs": costs, "error": error, "timestamp": round(time.time(), 3)},
+        "result": result,
         "host": platform.node() if board.is_local else None,
     }
 

@@ -1,9 +1,12 @@
 """Measuring candidates on the board: build one timing driver per batch, run it there.
 
 Candidates compile in parallel on the host (cross-compiled for ARM boards) through the
-object cache; the driver binary runs locally for a board without a connection, or is
-uploaded and run over SSH (the batch split across the devices of a pool). Timings are
-run with the board's thread count through the runtime's own ``pk_parallel_for``.
+object cache into one driver binary. It runs locally for a board without a connection;
+over SSH the batch is cut into one share per live device of the board's pool, and the
+shares go to whichever device is idle (``remote.pool.spread``): the devices measure at
+the same time, a device lost mid-share is taken out and its share measured by another,
+and each measurement names the device that made it. Timings are run with the board's
+thread count through the runtime's own ``pk_parallel_for``.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import hashlib
 import os
 import subprocess
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +42,7 @@ class Measurement:
     costs: list[float] = field(default_factory=list)
     error: str | None = None
     prim: object = None  # the lowered candidate (features come from it)
+    device: str | None = None  # the pool device that ran it (remote boards)
 
     @property
     def median(self) -> float:
@@ -60,6 +65,7 @@ class Measurer:
         self.board, self.settings = board, settings or Settings()
         self.runner = LocalRunner() if board.is_local else RemoteRunner(board, log)
         self.flags = [*board.toolchain.cflags, *EXTRA_FLAGS]
+        self._pool_obj: Path | None = None
         if board.toolchain.sysroot:
             self.flags.append(f"--sysroot={board.toolchain.sysroot}")
 
@@ -116,26 +122,38 @@ class Measurer:
 
     def _thread_pool(self) -> Path:
         """The runtime's own parallel-for, with the board's thread count: candidates are
-        timed with the threads the bundle will run them with (the parallel knob matters)."""
-        cores = self.board.cores
-        defines = ["-DPK_USE_THREADS", f"-DPK_NUM_THREADS={cores}"] if cores > 1 else []
-        return compile_object(
-            PARALLEL_FOR, self.board.toolchain.cc, [*self.flags, *defines], [INCLUDE], b"tune-pool"
-        )
+        timed with the threads the bundle will run them with (the parallel knob matters).
+        Compiled once per measurer, so every candidate of a run is timed with the same
+        runtime even if its source changes meanwhile."""
+        if self._pool_obj is None:
+            cores = self.board.cores
+            defines = ["-DPK_USE_THREADS", f"-DPK_NUM_THREADS={cores}"] if cores > 1 else []
+            flags = [*self.flags, *defines]
+            cc = self.board.toolchain.cc
+            self._pool_obj = compile_object(PARALLEL_FOR, cc, flags, [INCLUDE], b"tune-pool")
+        return self._pool_obj
 
     # --- running -------------------------------------------------------------------------
 
     def _run(self, exe: Path, built: list[Measurement]) -> None:
-        """Run every candidate; a crash or hang is blamed on the candidate that started
-        last, and the rest run again in a fresh process."""
+        """Every candidate, in shares run side by side on the devices of the runner."""
         pos = {m.index: k for k, m in enumerate(built)}
-        by_index = {m.index: m for m in built}
+        n = max(1, min(self.runner.width(), len(built)))
+        shares = [built[k::n] for k in range(n)]
+        self.runner.map(exe, shares, lambda run, share: self._run_share(run, share, pos))
+
+    def _run_share(self, run, share: list[Measurement], pos: dict[int, int]) -> None:
+        """Run a share's candidates with ``run(args, timeout)``; a crash or hang is blamed on
+        the candidate that started last, and the rest run again in a fresh process."""
+        by_index = {m.index: m for m in share}
+        for m in share:  # a share given back by a lost device starts over
+            m.error, m.costs = None, []
         todo = list(by_index)
         s = self.settings
         while todo:
             timeout = 30 + len(todo) * (4 * s.min_seconds + 1)
             args = [f"{s.min_seconds:g}", str(s.samples), *[str(pos[i]) for i in todo]]
-            text, status = self.runner.run(exe, args, timeout)
+            text, status = run(args, timeout)
             results, started = parse_output(text)
             for i, (err, costs) in results.items():
                 by_index[i].error, by_index[i].costs = err, costs
@@ -159,6 +177,16 @@ class LocalRunner:
     def close(self) -> None:
         pass
 
+    def summary(self) -> list[str]:
+        return []
+
+    def width(self) -> int:
+        return 1
+
+    def map(self, exe: Path, shares: list, job) -> None:
+        for share in shares:
+            job(lambda args, timeout: self.run(exe, args, timeout), share)
+
     def run(self, exe: Path, args: list[str], timeout: float) -> tuple[str, str]:
         try:
             r = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout)
@@ -169,27 +197,62 @@ class LocalRunner:
 
 
 class RemoteRunner:
-    """Upload the driver once per device (named by its hash) and run it there; stdout goes
-    to a file on the board so a killed run still tells how far it got."""
+    """The board's pool of devices. Each share uploads the driver (named by its hash), runs
+    it with stdout to a file on the device (so a killed run still tells how far it got),
+    and reads the file back. A device that drops out (lost connection, refused host key)
+    stays out for the rest of the run."""
 
     def __init__(self, board: Board, log=None):
         from ..remote.ssh import Limits, Session
 
-        self.board = board
-        self.session = Session(board.name, board.connections[0], Limits(), log=log)
+        self.board, self.log = board, log
+        self.sessions = [Session(board.name, c, Limits(), log=log) for c in board.connections]
+        self.down: dict[str, str] = {}  # device label -> why it is out
+        self.counts: dict[str, int] = {}  # device label -> candidates it ran
 
     def close(self) -> None:
-        self.session.close()
+        for s in self.sessions:
+            s.close()
 
-    def run(self, exe: Path, args: list[str], timeout: float) -> tuple[str, str]:
+    def live(self) -> list:
+        return [s for s in self.sessions if s.conn.label not in self.down]
+
+    def width(self) -> int:
+        return max(1, len(self.live()))
+
+    def map(self, exe: Path, shares: list, job) -> None:
+        from ..remote import pool
+
+        def work(session, share):
+            for m in share:
+                m.device = session.conn.label
+            job(lambda args, timeout: self.run(exe, args, timeout, session), share)
+
+        report = pool.spread(self.live(), shares, work, self.log)
+        self.down.update(report.down)
+        for o in report.outcomes:
+            self.counts[o.device] = self.counts.get(o.device, 0) + len(o.job)
+        for o in report.outcomes:
+            if o.error:
+                raise o.error
+        if len(report.outcomes) < len(shares):
+            why = "; ".join(f"{d}: {w}" for d, w in sorted(self.down.items()))
+            raise PackagerError(f"board {self.board.name}: every device is out ({why})")
+
+    def summary(self) -> list[str]:
+        """Which device measured how many candidates, and which devices are out."""
+        lines = [f"{d}: {n} measured" for d, n in sorted(self.counts.items())]
+        return lines + [f"{d}: out of the pool: {why}" for d, why in sorted(self.down.items())]
+
+    def run(self, exe: Path, args: list[str], timeout: float, session=None) -> tuple[str, str]:
         from ..remote.device_ops import workdir
         from ..remote.errors import RemoteTimeout
         from ..remote.shell import command, q, rpath
 
-        s = self.session
+        s = session or self.live()[0]
         digest = hashlib.sha256(exe.read_bytes()).hexdigest()[:16]
         tune_dir = rpath(workdir(s), ".tune")
-        remote = rpath(tune_dir, f"driver-{digest}")
+        remote = rpath(tune_dir, f"driver-{digest}-{os.getpid()}-{threading.get_ident()}")
         out = remote + ".out"
         s.sh(f"mkdir -p {q(tune_dir)}")
         s.call("upload", lambda ss: ss.sftp().put(str(exe), remote))

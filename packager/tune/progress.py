@@ -19,6 +19,11 @@ class Progress:
     def start(self, k: int, n: int, label: str, total: int) -> None:
         self.head, self.total, self.t0 = f"[{k}/{n}] {label}", total, time.monotonic()
 
+    def note(self, msg: str) -> None:
+        """A line of its own (a device taken out of the pool, the pool's summary)."""
+        if not self.quiet:
+            print(("\n" if self.tty else "") + msg, file=self.stream, flush=True)
+
     def update(self, trials: int, gflops: float, final: bool = False) -> None:
         if self.quiet:
             return

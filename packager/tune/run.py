@@ -15,10 +15,11 @@ from .tasks import Task, extract_tasks
 from .tuner import Options, TaskResult, tune_task
 
 
-def model_tasks(model_path: str, board: Board, input_shapes=None) -> list[Task]:
-    """The graph exactly as ``packager build`` lowers it, so task keys match the build's."""
+def model_tasks(model_path: str, board: Board, input_shapes=None, algorithms=None) -> list[Task]:
+    """The graph exactly as ``packager build`` lowers it, so task keys match the build's.
+    ``algorithms``: the conv forms to tune (conv_algorithms.ALGORITHMS; None: all)."""
     graph, plan = prepare_graph(load_model(model_path), board, input_shapes, model_path)
-    return extract_tasks(graph, board, plan.inplace)
+    return extract_tasks(graph, board, plan.inplace, algorithms)
 
 
 def default_log_path(model_path: str, board: Board) -> Path:
@@ -34,14 +35,15 @@ def tune_model(
     time_budget_min: float | None = None,
     settings: Settings | None = None,
     progress: Progress | None = None,
+    algorithms=None,
 ) -> list[TaskResult]:
-    tasks = model_tasks(model_path, board, input_shapes)
+    tasks = model_tasks(model_path, board, input_shapes, algorithms)
     log = TuningLog(log_path)
     opts.transfer = read_records(log_path)
     if time_budget_min:
         opts.deadline = time.monotonic() + 60 * time_budget_min
     progress = progress or Progress()
-    measurer = Measurer(board, settings)
+    measurer = Measurer(board, settings, log=progress.note)
     results = []
     try:
         for k, task in enumerate(tasks, 1):
@@ -50,6 +52,8 @@ def tune_model(
             progress.update(res.trials, res.gflops(res.best_cost), final=True)
             results.append(res)
     finally:
+        for line in measurer.runner.summary():  # a pool: who measured what
+            progress.note(line)
         measurer.close()
     return results
 

@@ -56,19 +56,25 @@ def template_of(node: Node, graph: Graph) -> str | None:
     return op if op and TARGET in get_op(op).schedules else None
 
 
-def _forms(node: Node, graph: Graph):
+def _forms(node: Node, graph: Graph, algorithms=None):
     """The node, then each other algorithm it may run as (conv_algorithms): every form
-    is tuned, and the build takes the fastest."""
+    is tuned, and the build takes the fastest. ``algorithms`` keeps only those forms
+    (a node that has no other form is always kept)."""
     from dataclasses import replace
 
-    from ..graph.conv_algorithms import variants
+    from ..graph.conv_algorithms import DIRECT, variants
 
-    yield node, graph
-    for v in variants(node, graph):
-        yield v.node, replace(graph, values={**graph.values, v.weight.name: v.weight})
+    others = variants(node, graph)
+    if not others or algorithms is None or DIRECT in algorithms:
+        yield node, graph
+    for v in others:
+        if algorithms is None or v.algorithm in algorithms:
+            yield v.node, replace(graph, values={**graph.values, v.weight.name: v.weight})
 
 
-def extract_tasks(graph: Graph, board: Board, inplace: dict | None = None) -> list[Task]:
+def extract_tasks(
+    graph: Graph, board: Board, inplace: dict | None = None, algorithms=None
+) -> list[Task]:
     """Unique tunable tasks (every algorithm of a conv is a task of its own), costliest
     (weight x FLOPs) first."""
     from .features import flop_count
@@ -80,7 +86,7 @@ def extract_tasks(graph: Graph, board: Board, inplace: dict | None = None) -> li
     for k, node in enumerate(graph.nodes):
         pairs = tuple(inplace.get(k, ()))
         own = kernel_key(node, graph, pairs)
-        for n, g in _forms(node, graph):
+        for n, g in _forms(node, graph, algorithms):
             key = kernel_key(n, g, pairs)
             if key in tasks:
                 tasks[key].weight += 1
@@ -89,10 +95,13 @@ def extract_tasks(graph: Graph, board: Board, inplace: dict | None = None) -> li
             if template:
                 tasks[key] = Task(key, template, n, g, pairs, board)
                 if key != own:
-                    form_of[key] = own
+                    form_of[key] = Task(own, template_of(node, graph), node, graph, pairs, board)
+    direct: dict[str, float] = {}
     for t in tasks.values():
         if t.key not in form_of:
-            t.flops = flop_count(default_func(t))
+            t.flops = direct[t.key] = flop_count(default_func(t))
     for key, own in form_of.items():  # GFLOPS of every form count the same (direct) work
-        tasks[key].flops = tasks[own].flops
+        if own.key not in direct:  # the direct form itself is not tuned
+            direct[own.key] = flop_count(default_func(own))
+        tasks[key].flops = direct[own.key]
     return sorted(tasks.values(), key=lambda t: -t.weight * t.flops)

@@ -1,8 +1,14 @@
 """Tuning one task: propose a batch, measure it on the board, log every record, refit the
 model; until the trials, the early-stopping patience or the time budget run out.
 
-A run resumes from the log: configs already measured for this task on this board are
-never measured again and count towards the trials.
+Trials are valid measurements: a config the template refuses, or that fails to compile,
+crashes, hangs or gives a wrong answer, is logged (and taught to the model as the worst)
+but does not count. At most ``max_errors`` such configs (default: as many as the trials)
+are tried, so a space where nothing is valid still ends.
+
+A run resumes from the log: configs already measured for this task on this board (found
+by their knobs, so a template that grew knobs since still finds them) are never measured
+again and count as they did.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .features import features, knob_features
-from .log import TuningLog, cost, make_record, measured
+from .log import TuningLog, cost, make_record
 from .measure import Measurer
 from .model import CostModel
 from .search import PROPOSERS, new_rng
@@ -29,18 +35,24 @@ class Options:
     early_stopping: int | None = None
     deadline: float | None = None  # time.monotonic() value
     seed: int = 0
-    feature_kind: str = "loop"  # or "knob"
+    # "knob": the setting itself (features.knob_features), free to compute, so annealing
+    # can score thousands of candidates per batch; "loop": read off each candidate's
+    # lowered loop IR (features.features, ~5-15 ms of lowering each), which also carries
+    # over between tasks of different shapes (transfer)
+    feature_kind: str = "knob"
     transfer: list = field(default_factory=list)  # records of other tasks
+    max_errors: int | None = None  # invalid configs tried at most (None: ``trials``)
 
 
 @dataclass
 class TaskResult:
     task: Task
-    trials: int
+    trials: int  # valid measurements
     best_index: int | None
     best_cost: float
     default_cost: float
-    history: list[float]  # best-so-far cost after each trial
+    history: list[float]  # best-so-far cost after each trial (valid measurement)
+    errors: int = 0  # invalid configs tried (not trials)
 
     def gflops(self, seconds: float) -> float:
         return self.task.flops / seconds / 1e9 if seconds and np.isfinite(seconds) else 0.0
@@ -54,11 +66,16 @@ class _State:
         self.costs: dict[int, float] = {}
         self.feats: dict[int, np.ndarray | None] = {}
         self.order: list[int] = []
+        self.valid = 0  # measurements with a cost
+
+    @property
+    def errors(self) -> int:
+        return len(self.costs) - self.valid
 
     def feature(self, i: int, prim=None) -> np.ndarray | None:
         if i not in self.feats:
             if self.kind == "knob":
-                self.feats[i] = knob_features(self.space.digits(i))
+                self.feats[i] = knob_features(self.space, self.space.digits(i))
             else:
                 prim = prim or valid(self.task, self.space.get(i), f"pk_cand_{i}")
                 self.feats[i] = None if prim is None else features(prim)
@@ -67,6 +84,7 @@ class _State:
     def add(self, i: int, c: float, prim=None) -> None:
         self.costs[i] = c
         self.order.append(i)
+        self.valid += bool(np.isfinite(c))
         if prim is not None or self.kind == "knob":
             self.feature(i, prim)
 
@@ -116,27 +134,38 @@ def tune_task(task: Task, measurer: Measurer, log: TuningLog, opts: Options, pro
     space = space_of(task)
     state = _State(task, space, opts.feature_kind)
     board = measurer.board
-    for i, r in measured(log.records(), board.name, task.key).items():
-        state.add(i, cost(r))  # resume: features are recomputed when the model needs them
+    for r in log.records():
+        if r["board"]["name"] != board.name or r["task"]["key"] != task.key:
+            continue
+        i = space.index_of(r["config"]["knobs"])
+        if i is not None and i not in state.costs:
+            state.add(i, cost(r))  # resume: features are recomputed when the model needs them
     model = CostModel(opts.seed)
     if opts.tuner == "xgb":
         _transfer(model, state, opts.transfer)
     rng = new_rng(opts.seed)
-    total = min(opts.trials, space.size)
+    max_errors = opts.trials if opts.max_errors is None else opts.max_errors
     history = _history(state)
-    while len(state.costs) < total and not _stop(state, history, opts):
-        batch = _propose(state, model, opts, rng, min(opts.batch, total - len(state.costs)))
+    while (
+        state.valid < opts.trials
+        and state.errors < max_errors
+        and len(state.costs) < space.size
+        and not _stop(state, history, opts)
+    ):
+        n = min(opts.batch, opts.trials - state.valid, max_errors - state.errors)
+        batch = _propose(state, model, opts, rng, min(n, space.size - len(state.costs)))
         if not batch:
             break
         for m in measurer.measure(task, [(i, space.get(i)) for i in batch]):
-            log.append(make_record(board, task, m.index, m.knobs, m.costs, m.error))
+            log.append(make_record(board, task, m.index, m.knobs, m.costs, m.error, m.device))
             state.add(m.index, m.median, m.prim)
-            history.append(min(history[-1] if history else float("inf"), m.median))
+            if np.isfinite(m.median):
+                history.append(min(history[-1] if history else float("inf"), m.median))
         if opts.tuner == "xgb":
             x, c = state.training()
             model.fit(x, c)
         if progress:
-            progress.update(len(state.costs), _gflops(task, history))
+            progress.update(state.valid, _gflops(task, history))
     return _result(task, state, history)
 
 
@@ -168,7 +197,8 @@ def _stop(state: _State, history: list[float], opts: Options) -> bool:
 def _history(state: _State) -> list[float]:
     out: list[float] = []
     for i in state.order:
-        out.append(min(out[-1] if out else float("inf"), state.costs[i]))
+        if np.isfinite(state.costs[i]):
+            out.append(min(out[-1] if out else float("inf"), state.costs[i]))
     return out
 
 
@@ -182,9 +212,10 @@ def _result(task: Task, state: _State, history: list[float]) -> TaskResult:
     best = top[0] if top else None
     return TaskResult(
         task,
-        len(state.costs),
+        state.valid,
         best,
         state.costs[best] if best is not None else float("inf"),
         state.costs.get(state.space.default_index(), float("inf")),
         history,
+        state.errors,
     )

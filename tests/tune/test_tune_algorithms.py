@@ -28,6 +28,20 @@ def test_every_form_of_a_conv_is_a_task(conv_onnx):
     assert tiles == [0, 2, 4]
 
 
+@pytest.mark.parametrize(
+    "algorithms,want",
+    [
+        (["direct"], ["conv2d_nchwc"]),
+        (["winograd_4"], ["conv2d_winograd_nchwc F4x4"]),
+        (["winograd_2", "direct"], ["conv2d_nchwc", "conv2d_winograd_nchwc F2x2"]),
+    ],
+)
+def test_tune_can_keep_to_some_forms(conv_onnx, algorithms, want):
+    tasks = model_tasks(str(conv_onnx), load_board("host"), algorithms=algorithms)
+    assert sorted(t.label.rsplit(" ", 1)[0] for t in tasks) == want
+    assert len({t.flops for t in tasks}) == 1  # every form counts the direct conv's work
+
+
 @pytest.mark.slow
 def test_the_build_takes_the_fastest_form(conv_onnx, tmp_path, cli):
     log = tmp_path / "conv.jsonl"

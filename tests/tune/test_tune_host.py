@@ -39,7 +39,9 @@ def test_tune_writes_a_log_the_next_build_applies(conv_onnx, tmp_path, cli):
     lines = log.read_text().splitlines()
     direct = [json.loads(line) for line in lines]
     direct = [r for r in direct if r["task"]["template"] == "conv2d_nchwc"]
-    assert len(direct) == 16  # and records of the Winograd forms (test_tune_algorithms.py)
+    # 16 valid measurements of the direct form (and records of its Winograd forms,
+    # test_tune_algorithms.py); failed configs are logged but are not trials.
+    assert len([r for r in direct if cost(r) < float("inf")]) == 16
     for rec in map(json.loads, lines):
         assert {"version", "board", "task", "config", "result"} <= set(rec)
         assert rec["board"]["name"] == "host"
@@ -95,4 +97,5 @@ def test_a_stopped_tune_resumes(conv_onnx, tmp_path):
     res = tune_task(task, Measurer(board, FAST), log, opts)
     indices = [r["config"]["index"] for r in log.records()]
     assert indices[:6] == first
-    assert len(indices) == 12 == len(set(indices)) == res.trials
+    assert len(indices) == len(set(indices))
+    assert sum(cost(r) < float("inf") for r in log.records()) == 12 == res.trials

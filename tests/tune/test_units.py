@@ -8,10 +8,11 @@ import numpy as np
 
 from packager.boards import load_board
 from packager.ops.knobs import Knob
-from packager.tune.features import features
+from packager.tune.features import features, knob_features
 from packager.tune.log import TuningLog, cost, measured, read_records
 from packager.tune.model import CostModel
 from packager.tune.run import model_tasks
+from packager.tune.search import model_batch, neighbours
 from packager.tune.space import ConfigSpace, space_of, valid
 
 
@@ -65,10 +66,27 @@ def test_features_see_the_schedule(conv_onnx):
     ]
     space = space_of(task)
     assert space.size > 1
-    feats = [features(valid(task, space.get(i))) for i in range(space.size)]
+    picks = np.random.default_rng(0).choice(space.size, 150, replace=False)
+    prims = [valid(task, space.get(int(i))) for i in picks]
+    feats = [features(p) for p in prims if p is not None]
+    assert len(feats) > 100
     assert len({f.shape for f in feats}) == 1
     assert all(np.isfinite(f).all() for f in feats)
-    assert len({f.tobytes() for f in feats}) > space.size // 2  # schedules differ, so do they
+    assert len({f.tobytes() for f in feats}) > len(feats) // 2  # schedules differ, so do they
+
+
+def test_knob_features_encode_values():
+    space = ConfigSpace(
+        [
+            Knob("tile_a", (1, 2, 4), 2),
+            Knob("v", (True, False), True),
+            Knob("order", (("x", "y"), ("y", "x"), ("y", "z")), ("x", "y")),
+            Knob("tile_b", (1, 7), 7),
+        ]
+    )
+    f = knob_features(space, space.digits(space.index_of({"tile_a": 4, "order": ("y", "z")})))
+    # log2(4 + 1), yes, one slot per order, log2(7 + 1), then log2 of the tile (4 x 7)
+    np.testing.assert_allclose(f, [np.log2(5), 1, 0, 0, 1, 3, np.log2(28)], rtol=1e-6)
 
 
 def test_cost_model_ranks_better_than_chance():
@@ -82,3 +100,19 @@ def test_cost_model_ranks_better_than_chance():
     i, j = np.triu_indices(len(c), 1)
     agree = np.mean((score[i] > score[j]) == (c[i] < c[j]))  # higher score = faster
     assert agree > 0.75
+
+
+def test_model_batch_takes_the_best_one_knob_changes_of_the_best():
+    space = ConfigSpace([Knob("a", (1, 2, 4, 8), 1), Knob("b", (0, 1, 2), 0), Knob("c", (0, 1), 0)])
+    best = space.index_of({"a": 2, "b": 1, "c": 0})
+    near = neighbours(space, best)
+    assert len(near) == 3 + 2 + 1
+    d = space.digits(best)
+    assert all(sum(x != y for x, y in zip(d, space.digits(j), strict=True)) == 1 for j in near)
+    want = space.index_of({"a": 4, "b": 1, "c": 0})
+
+    def score(indices):  # the model likes one neighbour of the best most
+        return np.array([10.0 if i == want else 0.0 for i in indices])
+
+    batch = model_batch(space, {best}, 4, np.random.default_rng(0), score=score, top=[best])
+    assert batch[0] == want and len(set(batch)) == 4 and best not in batch

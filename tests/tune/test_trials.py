@@ -1,0 +1,95 @@
+"""Trials are valid measurements: configs the template refuses, or that fail to compile,
+crash or give a wrong answer, are logged but do not count, and a space where nothing is
+valid still ends (after ``max_errors`` of them)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from packager.boards import load_board
+from packager.tune.log import TuningLog, cost
+from packager.tune.measure import Measurement, Measurer, Settings
+from packager.tune.run import model_tasks
+from packager.tune.space import space_of
+from packager.tune.tuner import Options, tune_task
+
+
+class _Stub:
+    """Answers without the board: every third config (by index) fails as ``error``,
+    the rest cost a made-up time; ``all_fail`` fails everything."""
+
+    def __init__(self, board, error="compile_error", all_fail=False):
+        self.board, self.error, self.all_fail = board, error, all_fail
+        self.asked: list[int] = []
+
+    def measure(self, task, batch):
+        out = []
+        for i, knobs in batch:
+            self.asked.append(i)
+            if self.all_fail or i % 3 == 0:
+                out.append(Measurement(i, knobs, [], self.error))
+            else:
+                out.append(Measurement(i, knobs, [1e-3 * (1 + i % 17)]))
+        return out
+
+
+def _task(conv_onnx):
+    board = load_board("host")
+    (task,) = model_tasks(str(conv_onnx), board)
+    return board, task
+
+
+def test_invalid_configs_do_not_count_as_trials(conv_onnx, tmp_path):
+    board, task = _task(conv_onnx)
+    for tuner in ("random", "xgb", "ga"):
+        log = TuningLog(tmp_path / f"{tuner}.jsonl")
+        stub = _Stub(board)
+        res = tune_task(task, stub, log, Options(trials=20, batch=8, tuner=tuner))
+        recs = log.records()
+        good = [r for r in recs if np.isfinite(cost(r))]
+        bad = [r for r in recs if not np.isfinite(cost(r))]
+        assert len(good) == 20 == res.trials == len(res.history), tuner
+        assert bad and res.errors == len(bad), tuner  # logged, not counted
+        assert all(r["result"]["error"] == "compile_error" for r in bad)
+        assert len(set(stub.asked)) == len(stub.asked) == len(recs)  # nothing asked twice
+
+
+def test_a_space_of_invalid_configs_still_ends(conv_onnx, tmp_path):
+    board, task = _task(conv_onnx)
+    log = TuningLog(tmp_path / "t.jsonl")
+    res = tune_task(task, _Stub(board, all_fail=True), log, Options(trials=12, batch=5))
+    assert res.trials == 0 and res.history == [] and res.best_index is None
+    assert res.errors == 12 == len(log.records())  # max_errors defaults to the trials
+    res = tune_task(
+        task,
+        _Stub(board, "wrong_answer", all_fail=True),
+        TuningLog(tmp_path / "u.jsonl"),
+        Options(trials=12, batch=5, max_errors=7, tuner="random"),
+    )
+    assert res.errors == 7 and res.trials == 0
+
+
+def test_a_refused_config_is_logged_invalid_and_not_counted(conv_onnx, tmp_path):
+    """The conv template refuses a register tile with too long an unrolled body; the
+    real measurer says so without compiling it, and the tuner measures another."""
+    board, task = _task(conv_onnx)
+    space = space_of(task)
+    knobs = {**space.get(space.default_index()), "tile_oh": 2, "unroll_rci": 8}
+    knobs.update(tile_ow=14, tile_oc=2)
+    refused = space.index_of(knobs)
+    (m,) = Measurer(board, Settings(min_seconds=0.001, samples=1)).measure(task, [(refused, knobs)])
+    assert m.error == "invalid" and m.median == float("inf")
+
+    class _AsksRefusedFirst(Measurer):
+        def measure(self, task, batch):
+            if not hasattr(self, "done"):
+                self.done = True
+                batch = [(refused, knobs), *batch[1:]]
+            return super().measure(task, batch)
+
+    log = TuningLog(tmp_path / "t.jsonl")
+    meas = _AsksRefusedFirst(board, Settings(min_seconds=0.001, samples=1))
+    res = tune_task(task, meas, log, Options(trials=4, batch=4, tuner="random"))
+    errors = [r["result"]["error"] for r in log.records()]
+    assert errors.count("invalid") == 1 and res.errors >= 1
+    assert res.trials == 4 == sum(e is None for e in errors)
