@@ -35,7 +35,7 @@ class _Stub:
 
 def _task(conv_onnx):
     board = load_board("host")
-    (task,) = model_tasks(str(conv_onnx), board)
+    (task,) = model_tasks(str(conv_onnx), board, algorithms=["direct"])
     return board, task
 
 
