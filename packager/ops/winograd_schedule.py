@@ -74,18 +74,25 @@ def schedule_winograd_cpu(ctx: ScheduleContext) -> Schedule:
     return sch
 
 
+# Tiles one parallel task of the input transform covers: the transform of one tile writes
+# one vector per transformed point, so tasks of single tiles would share cache lines
+# between threads (and be too small to pay for handing them out).
+TILES_PER_TASK = 16
+
+
 def _input_transform(sch: Schedule, stages, par: bool) -> None:
     v = sch[stages["winograd_v"]]
     e1, e2, icb, t, ci = v.op.axis
     (ra,) = v.op.reduce_axis
-    v.reorder(icb, t, e1, e2, ra, ci)
+    chunk = max(d for d in range(1, TILES_PER_TASK + 1) if t.extent % d == 0)
+    to, ti = v.split(t, chunk)
+    v.reorder(icb, to, ti, e1, e2, ra, ci)
     v.unroll(ra)
     v.vectorize(ci)
-    at = v.fuse(icb, t)
     if par:
-        v.parallel(at)
+        v.parallel(v.fuse(icb, to))
     dt = sch[stages["winograd_dt"]]
-    dt.compute_at(v, at)
+    dt.compute_at(v, ti)
     _, _, a, e2d, ci = dt.op.axis
     (rb,) = dt.op.reduce_axis
     dt.reorder(a, e2d, rb, ci)
