@@ -73,6 +73,13 @@ int main(int argc, char **argv) {
     double min_s = argc > 1 ? atof(argv[1]) : 0.05;
     int samples = argc > 2 ? atoi(argv[2]) : 5, a, i;
     void *ref[NARGS];
+#ifdef __GLIBC__
+    /* Keep freed memory: a kernel's large temporaries would otherwise go back to the
+     * OS after every call and fault in again on the next (a long-running bundle reuses
+     * them), and candidates with big temporaries (Winograd) would be timed with that. */
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+#endif
     for (i = 0; i < NARGS; ++i) {
         args[i] = malloc(BYTES[i] + 64);
         fill(args[i], DT[i], BYTES[i]);
@@ -117,6 +124,9 @@ def driver_source(ref: PrimFunc, n_inputs: int, candidates: dict[int, str]) -> s
         "#include <stdlib.h>",
         "#include <string.h>",
         "#include <time.h>",
+        "#ifdef __GLIBC__",
+        "#include <malloc.h>",
+        "#endif",
         "typedef int32_t (*kfn)(void *const *);",
         "extern int32_t pk_ref(void *const *);",
         *[f"extern int32_t {n}(void *const *);" for n in names],
