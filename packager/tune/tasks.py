@@ -29,6 +29,7 @@ class Task:
     board: Board
     weight: int = 1  # how many nodes of the graph call this kernel
     flops: float = 0.0  # one call, estimated from the default schedule's loop IR
+    conv: str = ""  # for each form of a conv (conv_algorithms): the direct form's key
 
     @property
     def label(self) -> str:
@@ -77,6 +78,7 @@ def extract_tasks(
 ) -> list[Task]:
     """Unique tunable tasks (every algorithm of a conv is a task of its own), costliest
     (weight x FLOPs) first."""
+    from ..graph.conv_algorithms import eligible
     from .features import flop_count
     from .space import default_func
 
@@ -94,6 +96,8 @@ def extract_tasks(
             template = template_of(n, g)
             if template:
                 tasks[key] = Task(key, template, n, g, pairs, board)
+                if n is not node or eligible(node, graph):
+                    tasks[key].conv = own
                 if key != own:
                     form_of[key] = Task(own, template_of(node, graph), node, graph, pairs, board)
     direct: dict[str, float] = {}

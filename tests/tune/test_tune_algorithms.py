@@ -49,6 +49,13 @@ def test_the_build_takes_the_fastest_form(conv_onnx, tmp_path, cli):
     assert code == 0, err
     records = read_records(log)
     assert {r["task"]["template"] for r in records} == set(TEMPLATES)
+    # The best config of each form is measured again, side by side, at the end.
+    recheck, tuned = records[-3:], records[:-3]
+    assert len({r["task"]["key"] for r in recheck}) == 3
+    for r in recheck:
+        mine = [x for x in tuned if x["task"]["key"] == r["task"]["key"]]
+        assert r["config"]["knobs"] == min(mine, key=cost)["config"]["knobs"]
+    assert "measuring the best config of each form again (1 conv)" in err
     best = {}
     for r in records:
         key = r["task"]["key"]
