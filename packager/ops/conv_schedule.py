@@ -162,7 +162,11 @@ def _define_reduction(cfg, conv: te.Tensor) -> _Reduction:
         kept = tuple(name for name in order if name in present)
         if kept not in orders:
             orders.append(kept)
-    order = cfg.define("reduce_order", orders, orders[0])
+    # A conv reading plain NCHW (a network's first: no channel lanes) walks its few input
+    # channels innermost, after the window. Measured on the host (1 thread): ResNet-18's
+    # 7x7 stem 2.69 -> 2.17 ms, MobileNetV2's 3x3 stem 0.341 -> 0.307 ms.
+    plain = "rci" not in axes and ("kh", "kw", "rcb") in orders
+    order = cfg.define("reduce_order", orders, ("kh", "kw", "rcb") if plain else orders[0])
     rcb = axes.get("rcb")
     rci = axes.get("rci")
     kw = axes.get("rk1")

@@ -117,10 +117,19 @@ DENSE = [c for c in sorted(CASES) if CASES[c].get("groups", 1) == 1]
 @pytest.mark.parametrize("case", [*DENSE, "no_epilogue"])
 def test_defaults_give_the_old_nest(case):
     args, out, anchor = _group(case)
+    # A conv reading plain NCHW now defaults to the window loops outside its channels.
+    plain = {"reduce_order": ("rcb", "kh", "kw")} if args[0].ndim == 4 else {}
     for knobs in OLD_KNOBS:
-        new = schedule_for([out], anchor, "cpu", knobs=knobs)
+        new = schedule_for([out], anchor, "cpu", knobs={**knobs, **plain})
         old = _old_schedule([out], anchor[2], knobs)
         assert _c(new, args, out) == _c(old, args, out), knobs
+
+
+def test_a_plain_input_conv_walks_its_channels_innermost():
+    args, out, anchor = _group("first_7x7_s2")
+    assert _space(args, out, anchor)["reduce_order"].default == ("kh", "kw", "rcb")
+    args, out, anchor = _group("3x3_s1")
+    assert _space(args, out, anchor)["reduce_order"].default == ("rcb", "kh", "kw", "rci")
 
 
 def _space(args, out, anchor):
