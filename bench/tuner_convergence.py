@@ -10,13 +10,12 @@ after 400 trials (mean over seeds) and the trials each xgb and ga run needs to r
 (within 1%), and the mean best-so-far at a few trial counts; writes best-so-far GFLOPS
 against trials as a PNG.
 
-Measured on the host board (EPYC, 2 threads; `python bench/tuner_convergence.py`),
+Measured on the host board (EPYC, 2 threads; `python bench/tuner_convergence.py --seeds 6`),
 trials an xgb run needs to reach random's mean best after 400 (within 1%), per seed:
-conv64x56 [94, 32, 60], conv128x28 [43, 65, 16], conv256x14 [1, 1, 1] (there the
-template's default is already within 1% of random's best after 400). Not robust: with
-`--seeds 6` the target rises (random's mean best over 6 seeds) and two of six xgb runs on
-conv64x56 plateau below it within 400 trials: [94, -, 60, -, 60, 102] (ga [31, 336, 157,
-87, 109, 67]); conv128x28 [43, 65, 16, 35, 79, 6].
+conv64x56 [87, 78, 30, 126, 85, 210] (ga [31, 336, 157, 87, 109, 67]), conv128x28
+[34, 91, 16, 38, 49, 6] (ga [63, 37, 34, 45, 85, 6]); 11 of 12 runs within 150, the first
+three seeds (the default --seeds 3) all within 150. conv256x14: [1, 1, 1] (there the
+template's default is already within 1% of random's best after 400).
 
 Part 2 (--latency): tune the ResNet-18-style and MobileNetV2-style networks, then time
 the default bundle, the tuned bundle and ONNX Runtime, interleaved, at 1 thread.

@@ -103,7 +103,7 @@ def model_batch(space, seen, n, rng, score=None, top=(), eps=0.2, local=0.25, **
     ``eps`` random."""
     n_random = max(1, int(round(n * eps)))
     picked = _local(space, seen, min(int(n * local), n - n_random), score, top)
-    starts = list(top)[:8] + _random_new(space, seen, 16, rng)
+    starts = list(top)[:8] + _random_new(space, seen, 32, rng)
     found = anneal(space, score, starts, rng, steps=150)
     ranked = [i for i, _ in sorted(found.items(), key=lambda kv: -kv[1]) if i not in seen]
     for i in ranked:
