@@ -8,6 +8,20 @@ from ..te.schedule import default_schedule, parallel_outer, vector_lanes
 from .registry import ScheduleContext
 
 
+def find_tagged(t: te.Tensor, tag: str) -> te.Tensor | None:
+    """The nearest compute tensor tagged ``tag`` at or above ``t``."""
+    stack, seen = [t], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen or not isinstance(x.op, te.ComputeOp):
+            continue
+        seen.add(id(x))
+        if x.op.tag == tag:
+            return x
+        stack.extend(x.op.input_tensors)
+    return None
+
+
 def fallback(ctx: ScheduleContext) -> te.Schedule:
     """The generic schedule, for shapes and dtypes a template does not handle."""
     return default_schedule(ctx.outs, ctx.vector_bits, ctx.cores)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from .. import te
 from ..te.schedule import Schedule, create_schedule, default_schedule
 from . import conv_nchwc  # noqa: F401  (registers the op this module schedules)
+from ._cpu import find_tagged
 from .dwconv_schedule import is_depthwise, schedule_depthwise_cpu
 from .registry import ScheduleContext, register_schedule
 
@@ -37,20 +38,6 @@ from .registry import ScheduleContext, register_schedule
 # registers; NEON has 32 vector registers.
 ACC_REGS = 14
 MAX_OC_TILE = 4
-
-
-def _find(t: te.Tensor, tag: str) -> te.Tensor | None:
-    """The nearest compute tensor tagged ``tag`` at or above ``t``."""
-    stack, seen = [t], set()
-    while stack:
-        x = stack.pop()
-        if id(x) in seen or not isinstance(x.op, te.ComputeOp):
-            continue
-        seen.add(id(x))
-        if x.op.tag == tag:
-            return x
-        stack.extend(x.op.input_tensors)
-    return None
 
 
 def _divisors(n: int, most: int) -> list[int]:
@@ -71,7 +58,7 @@ def default_tile(out_blocks: int, out_width: int, budget: int = ACC_REGS) -> tup
 
 @register_schedule("conv2d_nchwc", "cpu")
 def schedule_conv2d_nchwc_cpu(ctx: ScheduleContext) -> Schedule:
-    conv = _find(ctx.anchor, "conv")
+    conv = find_tagged(ctx.anchor, "conv")
     out = ctx.outs[0]
     if conv is not None and len(ctx.outs) == 1 and tuple(out.shape) == tuple(conv.shape):
         if is_depthwise(conv):
@@ -79,7 +66,7 @@ def schedule_conv2d_nchwc_cpu(ctx: ScheduleContext) -> Schedule:
     if conv is None or len(ctx.outs) != 1 or tuple(out.shape) != tuple(conv.shape):
         return default_schedule(ctx.outs)  # an epilogue that changes shape: no tile to share
     sch = create_schedule(ctx.outs)
-    pad = _find(conv, "pad") if conv.op.input_tensors else None
+    pad = find_tagged(conv, "pad") if conv.op.input_tensors else None
     for st in sch.stages:
         if st.is_output or st.op.reduce_axis or (pad is not None and st.tensor is pad):
             continue

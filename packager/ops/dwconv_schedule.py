@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from .. import te
 from ..te.schedule import Schedule, create_schedule
+from ._cpu import find_tagged
 from .registry import ScheduleContext
 
 # Accumulators in one tile (2 blocks x 7 columns by default). Each tap is one load and
@@ -43,19 +44,6 @@ def is_depthwise(conv: te.Tensor) -> bool:
     )
 
 
-def _find(t: te.Tensor, tag: str) -> te.Tensor | None:
-    stack, seen = [t], set()
-    while stack:
-        x = stack.pop()
-        if id(x) in seen or not isinstance(x.op, te.ComputeOp):
-            continue
-        seen.add(id(x))
-        if x.op.tag == tag:
-            return x
-        stack.extend(x.op.input_tensors)
-    return None
-
-
 def _largest_divisor(n: int, most: int) -> int:
     return max(d for d in range(1, min(n, most) + 1) if n % d == 0)
 
@@ -72,7 +60,7 @@ def default_pad(vectorized: bool) -> str:
 def schedule_depthwise_cpu(ctx: ScheduleContext, conv: te.Tensor) -> Schedule:
     out = ctx.outs[0]
     sch = create_schedule(ctx.outs)
-    pad = _find(conv, "pad") if conv.op.input_tensors else None
+    pad = find_tagged(conv, "pad") if conv.op.input_tensors else None
     for st in sch.stages:
         if st.is_output or st.op.reduce_axis or (pad is not None and st.tensor is pad):
             continue

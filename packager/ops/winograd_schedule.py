@@ -17,6 +17,7 @@ from __future__ import annotations
 from .. import te
 from ..te.schedule import Schedule, create_schedule, default_schedule
 from . import conv_winograd  # noqa: F401  (registers the op this module schedules)
+from ._cpu import find_tagged
 from .conv_schedule import ACC_REGS, MAX_OC_TILE, default_tile
 from .registry import ScheduleContext, register_schedule
 
@@ -25,17 +26,13 @@ def _by_name(sch: Schedule) -> dict[str, te.Tensor]:
     return {st.op.name: st.tensor for st in sch.stages}
 
 
-def _find_conv(t: te.Tensor) -> te.Tensor | None:
-    stack, seen = [t], set()
-    while stack:
-        x = stack.pop()
-        if id(x) in seen or not isinstance(x.op, te.ComputeOp):
-            continue
-        seen.add(id(x))
-        if x.op.tag == "conv_winograd":
-            return x
-        stack.extend(x.op.input_tensors)
-    return None
+def _tile(st, order, unrolled, lanes) -> None:
+    """Loops of ``st`` in ``order`` (its leaves from the first named on), ``unrolled``
+    unrolled, ``lanes`` vectorized: a tile of accumulators held in registers."""
+    st.reorder(*order)
+    for iv in unrolled:
+        st.unroll(iv)
+    st.vectorize(lanes)
 
 
 def _tiles_of(out: te.Tensor, conv: te.Tensor) -> bool:
@@ -49,7 +46,7 @@ def _tiles_of(out: te.Tensor, conv: te.Tensor) -> bool:
 
 @register_schedule("conv2d_winograd_nchwc", "cpu")
 def schedule_winograd_cpu(ctx: ScheduleContext) -> Schedule:
-    conv = _find_conv(ctx.anchor)
+    conv = find_tagged(ctx.anchor, "conv_winograd")
     out = ctx.outs[0]
     if conv is None or len(ctx.outs) != 1 or not _tiles_of(out, conv):
         return default_schedule(ctx.outs, ctx.vector_bits, ctx.cores)
@@ -86,18 +83,14 @@ def _input_transform(sch: Schedule, stages, par: bool) -> None:
     (ra,) = v.op.reduce_axis
     chunk = max(d for d in range(1, TILES_PER_TASK + 1) if t.extent % d == 0)
     to, ti = v.split(t, chunk)
-    v.reorder(icb, to, ti, e1, e2, ra, ci)
-    v.unroll(ra)
-    v.vectorize(ci)
+    _tile(v, (icb, to, ti, e1, e2, ra, ci), [ra], ci)
     if par:
         v.parallel(v.fuse(icb, to))
     dt = sch[stages["winograd_dt"]]
     dt.compute_at(v, ti)
     _, _, a, e2d, ci = dt.op.axis
     (rb,) = dt.op.reduce_axis
-    dt.reorder(a, e2d, rb, ci)
-    dt.unroll(rb)
-    dt.vectorize(ci)
+    _tile(dt, (a, e2d, rb, ci), [rb], ci)
 
 
 def _products(sch: Schedule, stages, cfg, par: bool) -> None:
@@ -110,19 +103,13 @@ def _products(sch: Schedule, stages, cfg, par: bool) -> None:
     t_tile = cfg.define_split("tile_t", ntiles, t_def, most=16)
     oo, oin = store.split(o, oc_tile)
     to, tin = store.split(t, t_tile)
-    store.reorder(e1, e2, oo, to, oin, tin, oi)
-    store.unroll(oin)
-    store.unroll(tin)
-    store.vectorize(oi)
+    _tile(store, (e1, e2, oo, to, oin, tin, oi), [oin, tin], oi)
     if par:
         store.parallel(store.fuse(e1, e2, oo))
     prod.compute_at(store, to)
     _, _, po, pt, poi = prod.op.axis
     rcb, rci = prod.op.reduce_axis
-    prod.reorder(rcb, rci, po, pt, poi)
-    prod.unroll(po)
-    prod.unroll(pt)
-    prod.vectorize(poi)
+    _tile(prod, (rcb, rci, po, pt, poi), [po, pt], poi)
 
 
 def _output_transform(sch: Schedule, stages, conv, out, m: int, par: bool) -> None:
@@ -147,14 +134,8 @@ def _output_transform(sch: Schedule, stages, conv, out, m: int, par: bool) -> No
         y.compute_at(st, wo)
         _, yob, yh, yw, yoi = y.op.axis
         (ya,) = y.op.reduce_axis
-        y.reorder(ya, yh, yw, yoi)
-        y.unroll(yh)
-        y.unroll(yw)
-        y.vectorize(yoi)
+        _tile(y, (ya, yh, yw, yoi), [yh, yw], yoi)
         z.compute_at(y, yob)
     _, _, a, zwi, zoi = z.op.axis
     (rb2,) = z.op.reduce_axis
-    z.reorder(a, rb2, zwi, zoi)
-    z.unroll(rb2)
-    z.unroll(zwi)
-    z.vectorize(zoi)
+    _tile(z, (a, rb2, zwi, zoi), [rb2, zwi], zoi)

@@ -57,20 +57,22 @@ def template_of(node: Node, graph: Graph) -> str | None:
     return op if op and TARGET in get_op(op).schedules else None
 
 
-def _forms(node: Node, graph: Graph, algorithms=None):
-    """The node, then each other algorithm it may run as (conv_algorithms): every form
-    is tuned, and the build takes the fastest. ``algorithms`` keeps only those forms
-    (a node that has no other form is always kept)."""
+def _forms(node: Node, graph: Graph, algorithms=None) -> tuple[list, bool]:
+    """The node and each other algorithm it may run as (conv_algorithms), as (node,
+    graph) pairs to tune (the build takes the fastest), and whether it has other forms.
+    ``algorithms`` keeps only those forms (a node with no other form is always kept)."""
     from dataclasses import replace
 
     from ..graph.conv_algorithms import DIRECT, variants
 
     others = variants(node, graph)
+    forms = []
     if not others or algorithms is None or DIRECT in algorithms:
-        yield node, graph
+        forms.append((node, graph))
     for v in others:
         if algorithms is None or v.algorithm in algorithms:
-            yield v.node, replace(graph, values={**graph.values, v.weight.name: v.weight})
+            forms.append((v.node, replace(graph, values={**graph.values, v.weight.name: v.weight})))
+    return forms, bool(others)
 
 
 def extract_tasks(
@@ -78,34 +80,30 @@ def extract_tasks(
 ) -> list[Task]:
     """Unique tunable tasks (every algorithm of a conv is a task of its own), costliest
     (weight x FLOPs) first."""
-    from ..graph.conv_algorithms import eligible
     from .features import flop_count
     from .space import default_func
 
     tasks: dict[str, Task] = {}
-    form_of: dict[str, str] = {}  # key of another algorithm's form -> key of the node's own
+    direct: dict[str, Task] = {}  # each conv's direct form, tuned or not, by its key
     inplace = inplace or {}
     for k, node in enumerate(graph.nodes):
         pairs = tuple(inplace.get(k, ()))
-        own = kernel_key(node, graph, pairs)
-        for n, g in _forms(node, graph, algorithms):
+        forms, has_forms = _forms(node, graph, algorithms)
+        own = kernel_key(node, graph, pairs) if has_forms else ""
+        if has_forms and own not in direct:
+            direct[own] = Task(own, "conv2d_nchwc", node, graph, pairs, board)
+        for n, g in forms:
             key = kernel_key(n, g, pairs)
             if key in tasks:
                 tasks[key].weight += 1
                 continue
             template = template_of(n, g)
             if template:
-                tasks[key] = Task(key, template, n, g, pairs, board)
-                if n is not node or eligible(node, graph):
-                    tasks[key].conv = own
-                if key != own:
-                    form_of[key] = Task(own, template_of(node, graph), node, graph, pairs, board)
-    direct: dict[str, float] = {}
-    for t in tasks.values():
-        if t.key not in form_of:
-            t.flops = direct[t.key] = flop_count(default_func(t))
-    for key, own in form_of.items():  # GFLOPS of every form count the same (direct) work
-        if own.key not in direct:  # the direct form itself is not tuned
-            direct[own.key] = flop_count(default_func(own))
-        tasks[key].flops = direct[own.key]
+                tasks[key] = Task(key, template, n, g, pairs, board, conv=own)
+    flops: dict[str, float] = {}
+    for t in tasks.values():  # GFLOPS of every form of a conv count its direct form's work
+        work = direct[t.conv] if t.conv else t
+        if work.key not in flops:
+            flops[work.key] = flop_count(default_func(work))
+        t.flops = flops[work.key]
     return sorted(tasks.values(), key=lambda t: -t.weight * t.flops)

@@ -12,7 +12,8 @@ import pytest
 from packager import te
 from packager.codegen.c import codegen_c
 from packager.lowering import schedule_for
-from packager.ops.conv_schedule import _default_pad, _find, default_tile
+from packager.ops._cpu import find_tagged
+from packager.ops.conv_schedule import _default_pad, default_tile
 from packager.ops.knobs import Config
 from packager.ops.registry import ScheduleContext, get_op
 from packager.te.schedule import create_schedule, default_schedule
@@ -23,12 +24,12 @@ from .test_conv_schedule import CASES, conv_group, run_group
 
 
 def _old_schedule(outs, anchor, knobs):
-    conv = _find(anchor, "conv")
+    conv = find_tagged(anchor, "conv")
     out = outs[0]
     if conv is None or len(outs) != 1 or tuple(out.shape) != tuple(conv.shape):
         return default_schedule(outs)
     sch = create_schedule(outs)
-    pad = _find(conv, "pad") if conv.op.input_tensors else None
+    pad = find_tagged(conv, "pad") if conv.op.input_tensors else None
     for st in sch.stages:
         if st.is_output or st.op.reduce_axis or (pad is not None and st.tensor is pad):
             continue
