@@ -63,19 +63,20 @@ def compile_model(
     conv_algorithm: str | None = None,
 ) -> Compiled:
     """``tuning``: a tune.apply.Tuning whose best records replace template defaults and
-    choose each conv's algorithm; ``conv_algorithm`` forces one wherever it applies."""
+    choose each conv's algorithm; ``conv_algorithm`` forces one wherever it applies
+    (else, without records, conv_algorithms.default_algorithm decides)."""
     say = log or (lambda msg: None)
     t0 = time.perf_counter()
     graph, plan = prepare_graph(model, board, input_shapes, path, disabled_passes, say)
-    if conv_algorithm is not None or tuning is not None:
-        pick = (
-            conv_algorithms.forced(conv_algorithm)
-            if conv_algorithm is not None
-            else tuning.pick_algorithm(plan)
-        )
-        chosen = conv_algorithms.choose(graph, pick)
-        if chosen.nodes != graph.nodes:  # new filters: the params' storage is re-planned
-            graph, plan = chosen, plan_memory(chosen)
+    if conv_algorithm is not None:
+        pick = conv_algorithms.forced(conv_algorithm)
+    elif tuning is not None:
+        pick = tuning.pick_algorithm(plan)
+    else:
+        pick = conv_algorithms.by_default
+    chosen = conv_algorithms.choose(graph, pick)
+    if chosen.nodes != graph.nodes:  # new filters: the params' storage is re-planned
+        graph, plan = chosen, plan_memory(chosen)
     kernels, funcs = lower_graph(
         graph,
         plan,

@@ -64,7 +64,7 @@ def test_load_host(monkeypatch):
     assert board.cores >= 1
     assert board.vector_bits == 256
     assert board.toolchain.cc == "cc"
-    assert board.toolchain.cflags == ("-O2", "-march=native")
+    assert board.toolchain.cflags == ("-O3", "-fno-tree-coalesce-vars", "-march=native")
     assert board.connection is None and board.connections == ()
     assert board.is_local
     assert board.path == REPO / "board_profiles" / "host.yaml"

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h> /* malloc/free for kernels' large temporaries */
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef __cplusplus
@@ -29,6 +29,13 @@ extern const int32_t pk_kernel_count;
 /* Calls body(ctx, i) for every i in [0, n), in any order and possibly concurrently:
  * iterations must be independent. */
 void pk_parallel_for(void (*body)(void* ctx, int64_t i), void* ctx, int64_t n);
+
+/* A kernel's large temporary (NULL when out of memory), and giving it back: the runtime
+ * keeps a few freed blocks for the next call (src/pk_scratch.c). */
+void* pk_scratch_alloc(size_t bytes);
+void pk_scratch_free(void* p);
+/* Frees the kept blocks (pk_graph_destroy calls it). */
+void pk_scratch_release(void);
 
 #ifdef __cplusplus
 }

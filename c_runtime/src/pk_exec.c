@@ -203,6 +203,7 @@ void pk_graph_destroy(pk_graph* g) {
     if (!g) return;
     pk_graph_free_parts(g);
     free(g);
+    pk_scratch_release();
 }
 
 int32_t pk_graph_num_inputs(const pk_graph* g) {

@@ -114,10 +114,18 @@ static void pin(int thread) {
 
 static void run_chunks(void (*body)(void* ctx, int64_t i), void* ctx, int64_t n) {
     in_parallel = 1;
+    int64_t share = 2 * (int64_t)(pool.workers + 1);
+    int64_t i = __atomic_load_n(&pool.next, __ATOMIC_RELAXED);
     for (;;) {
-        int64_t i = __atomic_fetch_add(&pool.next, 1, __ATOMIC_RELAXED);
         if (i >= n) break;
-        body(ctx, i);
+        int64_t take = (n - i) / share;
+        if (take < 1) take = 1;
+        if (!__atomic_compare_exchange_n(&pool.next, &i, i + take, 0, __ATOMIC_RELAXED,
+                                         __ATOMIC_RELAXED))
+            continue; /* another thread took indices first: i is the new next */
+        for (int64_t end = i + take; i < end; i++)
+            body(ctx, i);
+        i = __atomic_load_n(&pool.next, __ATOMIC_RELAXED);
     }
     in_parallel = 0;
 }

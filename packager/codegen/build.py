@@ -22,6 +22,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 INCLUDE = ROOT / "c_runtime" / "include"
 SERIAL_PARALLEL_FOR = Path(__file__).with_name("serial_parallel_for.c")
+SCRATCH = ROOT / "c_runtime" / "src" / "pk_scratch.c"
 DEFAULT_CFLAGS = ("-O2", "-fPIC", "-std=c99", "-ffp-contract=fast")
 
 
@@ -77,7 +78,8 @@ def compile_shared(
     """A shared library of ``sources`` ({name: C text}) and ``extra_c_files``.
 
     Unless the extra files define ``pk_parallel_for`` (the real runtime), a serial
-    definition is linked in (``with_serial_parallel_for`` forces the choice).
+    definition is linked in (``with_serial_parallel_for`` forces the choice); the
+    runtime's scratch memory (pk_scratch.c) is linked in unless they define it.
     """
     cflags = tuple(cflags)
     out_dir = cache_dir()
@@ -87,6 +89,8 @@ def compile_shared(
         with_serial_parallel_for = not any(_defines_parallel_for(t) for t in texts)
     if with_serial_parallel_for:
         texts.append(SERIAL_PARALLEL_FOR.read_text())
+    if not any(_defines(t, "pk_scratch_alloc") for t in texts):
+        texts.append(SCRATCH.read_text())  # the runtime's, as in a bundle
     workers = min(len(texts), os.cpu_count() or 1) or 1
     with ThreadPoolExecutor(max_workers=workers) as pool:
         objs = list(pool.map(lambda t: _compile_object(t, cflags, out_dir), texts))
@@ -104,7 +108,13 @@ def compile_shared(
 
 
 def _defines_parallel_for(text: str) -> bool:
-    return re.search(r"^\s*void\s+pk_parallel_for\s*\([^;]*\)\s*\{", text, re.M) is not None
+    return _defines(text, "pk_parallel_for")
+
+
+def _defines(text: str, function: str) -> bool:
+    """Whether C ``text`` defines ``function`` (a pointer- or void-returning one)."""
+    pattern = rf"^\s*void\s*\*?\s*{function}\s*\([^;]*\)\s*\{{"
+    return re.search(pattern, text, re.M) is not None
 
 
 def load_kernel(lib_path, name: str):

@@ -347,21 +347,21 @@ class Renderer:
             self.stmt(s.body)
             return
         self.emit(
-            f"{ct}* {self.mod.lang.restrict} {name} = ({ct}*)malloc("
+            f"{ct}* {self.mod.lang.restrict} {name} = ({ct}*)pk_scratch_alloc("
             f"(size_t){buf.size} * sizeof({ct}));"
         )
         self.heap.append(name)
         self.emit(f"if (!{name}) {{")
         self.depth += 1
         for h in reversed(self.heap[:-1]):
-            self.emit(f"free({h});")
+            self.emit(f"pk_scratch_free({h});")
         self.emit(self.fail)
         self.depth -= 1
         self.emit("}")
         self.failed = True
         self.stmt(s.body)
         self.heap.pop()
-        self.emit(f"free({name});")
+        self.emit(f"pk_scratch_free({name});")
 
     def loop(self, s: For) -> None:
         if s.kind == "parallel":
@@ -439,7 +439,7 @@ class Renderer:
             self.emit(f"if ({err}) {{")
             self.depth += 1
             for h in reversed(self.heap):
-                self.emit(f"free({h});")
+                self.emit(f"pk_scratch_free({h});")
             self.emit(self.fail)
             self.depth -= 1
             self.emit("}")
@@ -541,7 +541,7 @@ class _Printer:
         text = self(e)
         if not self.is_vec(e):
             return self.broadcast(e, text)
-        if id(e) in self.names or text.startswith("pk_t") and text[4:].isdigit():
+        if id(e) in self.names or _is_temp(text):
             return text
         return self.r.temp(self.type_of(e), text)
 
@@ -577,6 +577,8 @@ class _Printer:
     def _vector_select(self, e: Select) -> str:
         """A select whose condition is the same for every lane (a padding guard): an
         if/else, so the taken branch's loads are the only ones made."""
+        if self.is_vec(e.cond):
+            return self._blend(e)
         cond = self(e.cond)
         t = self.r.temp(self.type_of(e), None)
         self.r.emit(f"if ({cond}) {{")
@@ -585,6 +587,18 @@ class _Printer:
         self._branch(t, e.f)
         self.r.emit("}")
         return t
+
+    def _blend(self, e: Select) -> str:
+        """A per-lane select (see ``_lane_compare``): the compare's mask picks each lane
+        from one of the two computed sides."""
+        c = e.cond
+        vt = self.type_of(e)
+        it = self.r.mod.vec(_MASK_INT[e.dtype], self.vec[1])
+        m = self.r.temp(
+            it, f"({self.operand(c.a, True)} {_COMPARE[c.op]} {self.operand(c.b, True)})"
+        )
+        t, f = self.operand(e.t, True), self.operand(e.f, True)
+        return f"(({vt})(((({it}){t}) & {m}) | ((({it}){f}) & ~{m})))"
 
     def _branch(self, t: str, e: Expr) -> None:
         memo = dict(self.memo)  # temps made in the branch are local to its block
@@ -608,8 +622,21 @@ class _Printer:
             kind = op + ("f" if dt in ("float32", "float64") else "")
             return f"{self.r.mod.helper(kind, dt)}({a}, {b})"
         if op in ("min", "max"):
+            if v:
+                return self._vector_minmax(op, dt, a, b)
             return f"{self.r.mod.helper(op, dt)}({a}, {b})"
         raise ValueError(f"unknown binary op {op}")
+
+    def _vector_minmax(self, op: str, dt: str, a: str, b: str) -> str:
+        """Lane-wise pk_max/pk_min (a NaN operand ``a`` wins, as in the scalar helper) as
+        a compare mask and a bitwise blend, inline: no helper takes vectors by value."""
+        lanes = self.vec[1]
+        vt = self.r.mod.vec(dt, lanes)
+        it = self.r.mod.vec(_MASK_INT[dt], lanes)
+        a, b = (x if _is_temp(x) else self.r.temp(vt, x) for x in (a, b))
+        cmp = ">" if op == "max" else "<"
+        m = self.r.temp(it, f"({a} {cmp} {b}) | ({a} != {a})")
+        return f"(({vt})(((({it}){a}) & {m}) | ((({it}){b}) & ~{m})))"
 
     def _call(self, e: Call) -> str:
         func = _RENAME.get(e.func, e.func)
@@ -775,6 +802,26 @@ def _no_carried_dependence(s: For) -> bool:
 _VEC_OPS = ("+", "-", "*", "/")
 
 
+def _is_temp(text: str) -> bool:
+    return text.startswith("pk_t") and text[4:].isdigit()
+
+
+def _lane_compare(e: Select) -> bool:
+    """A select each lane decides for itself by comparing float data of the select's own
+    type: both sides are computed and blended by the mask, so the condition must not
+    guard a load (index comparisons, the padding guards, are never of this kind)."""
+    c = e.cond
+    return (
+        isinstance(c, Binary)
+        and c.op in _COMPARE
+        and c.a.dtype == c.b.dtype == e.dtype
+        and e.dtype in _MASK_INT
+    )
+
+
+_MASK_INT = {"float32": "int32", "float64": "int64"}  # a float vector's compare mask
+
+
 def _vector_plan(s: For, simp: Simplifier):
     """(lanes, [(store, base index)]) when the loop can use vector types, else None."""
     if not isinstance(s.extent, Const) or not isinstance(s.min, Const) or s.min.value != 0:
@@ -822,6 +869,12 @@ def _vector_expr(e: Expr, s: For, simp: Simplifier) -> bool:
             continue
         if isinstance(n, Select) and not _uses(n.cond, s.var):
             stack.extend((n.t, n.f))  # one branch for all lanes (see _vector_select)
+            continue
+        if isinstance(n, Select) and _lane_compare(n):
+            stack.extend((n.cond.a, n.cond.b, n.t, n.f))  # a blend (see _blend)
+            continue
+        if isinstance(n, Binary) and n.op in ("min", "max") and n.dtype in _MASK_INT:
+            stack.extend((n.a, n.b))
             continue
         if not isinstance(n, Binary) or n.op not in _VEC_OPS:
             return False

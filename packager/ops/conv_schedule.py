@@ -160,9 +160,20 @@ def _define_reduction(cfg, conv: te.Tensor) -> _Reduction:
     # a proper divisor only: splitting off all blocks would repeat another order
     most = min(MAX_RCB_SPLIT, rcb.extent // 2) if rcb else 1
     split = cfg.define_split("rcb_split", rcb.extent, 1, most=most) if rcb else 1
-    unroll = cfg.define_split("unroll_rci", rci.extent, 1) if rci else 1
+    unroll = (
+        cfg.define_split("unroll_rci", rci.extent, _default_rci_unroll(rci.extent)) if rci else 1
+    )
     kw_unroll = cfg.define("unroll_kw", (False, True), False) if kw and kw.extent > 1 else False
     return _Reduction(order, split, unroll, kw_unroll)
+
+
+def _default_rci_unroll(lanes: int) -> int:
+    """Two channel lanes per step of the hot loop. With one, GCC (12, -O2, AVX2 and
+    AVX-512) often keeps each accumulator in two registers and copies it back every step
+    (a 132-form FMA overwrites the weight vector): 14 extra moves per 14 FMAs, 2.10 ->
+    2.40 ms on ResNet-18's 56x56 3x3 conv, depending on code far from the loop. Unrolled
+    by two, every layer of ResNet-18 measured 2.07-2.18 ms in the same run."""
+    return 2 if lanes % 2 == 0 else 1
 
 
 def _reduction_loops(st, red: _Reduction) -> list:
@@ -211,6 +222,11 @@ def _schedule_pad(sch: Schedule, pad: te.Tensor, where: str) -> None:
         return
     n, cb, h = st.op.axis[:3]
     st.parallel(st.fuse(n, cb, h))
+    lanes = st.op.axis[-1]
+    if len(st.op.axis) == 5 and lanes.extent in (2, 4, 8, 16):
+        # a row of whole blocks: vector copies, the padding guard decided once per
+        # block (ResNet-18 56x56x64: 0.035 -> 0.016 ms)
+        st.vectorize(lanes)
 
 
 def _tile_output(st, t: _Tile):

@@ -29,7 +29,7 @@ def _lowest(dtype: str):
 class _Window:
     """Output shape and the padded input of a pooling op."""
 
-    def __init__(self, x: te.Tensor, attrs: dict, fill):
+    def __init__(self, x: te.Tensor, attrs: dict, fill, clamp: bool = False):
         self.kernel = list(attrs["kernel"])
         nd = len(self.kernel)
         self.nd = nd
@@ -57,11 +57,27 @@ class _Window:
             for i in range(nd)
         ]
         end = [need[i] - x.shape[2 + i] - self.before[i] for i in range(nd)]
-        keep = [0] * len(tail)
-        self.padded = pad_tensor(
-            x, [0, 0, *self.before, *keep], [0, 0, *end, *keep], value=fill, name="pool_pad"
-        )
         self.rk = reduce_axes(self.kernel, "rk")
+        self.x, self.end = x, end
+        self.clamp = clamp and self._edges_in_windows()
+        if not self.clamp:
+            keep = [0] * len(tail)
+            self.padded = pad_tensor(
+                x, [0, 0, *self.before, *keep], [0, 0, *end, *keep], value=fill, name="pool_pad"
+            )
+
+    def _edges_in_windows(self) -> bool:
+        """Whether a tap outside the input may read the nearest edge element instead of
+        the pad value, for an op (max, min) that a repeated element of the window cannot
+        change: with dilation 1 a window is a run of taps, so when every window overlaps
+        the input, the edge element nearest a tap outside it is one of the window's own."""
+        for i in range(self.nd):
+            first_window_end = self.kernel[i] - 1 - self.before[i]
+            last_window_start = (self.spatial[i] - 1) * self.strides[i] - self.before[i]
+            n = self.x.shape[2 + i]
+            if self.dilations[i] != 1 or first_window_end < 0 or last_window_start > n - 1:
+                return False
+        return True
 
     def load(self, n, c, o):
         """``o``: the output's spatial indices, then those of the carried dims."""
@@ -69,7 +85,14 @@ class _Window:
             window_index(o[i], self.rk[i], self.strides[i], self.dilations[i])
             for i in range(self.nd)
         ]
-        return self.padded[(n, c, *xi, *o[self.nd :])]
+        if not self.clamp:
+            return self.padded[(n, c, *xi, *o[self.nd :])]
+        for i in range(self.nd):  # clamped into the input: no padded copy
+            if self.before[i]:
+                xi[i] = te.max_(xi[i] - self.before[i], 0)
+            if self.end[i] > 0:
+                xi[i] = te.min_(xi[i], self.x.shape[2 + i] - 1)
+        return self.x[(n, c, *xi, *o[self.nd :])]
 
     def count(self, o, lo, hi):
         """Taps of the window at ``o`` whose input index t (unpadded coordinates)
@@ -89,15 +112,16 @@ class _Window:
 @register_op("max_pool", "opaque")
 def max_pool(inputs, attrs):
     (x,) = inputs
-    w = _Window(x, attrs, _lowest(x.dtype))
-    return [
-        te.compute(
-            w.shape,
-            lambda n, c, *o: te.max_reduce(w.load(n, c, o), w.rk),
-            name="max_pool",
-            tag="pool",
-        )
-    ]
+    w = _Window(x, attrs, _lowest(x.dtype), clamp=True)
+    # The maximum in its own stage, read once by a copy: a schedule can keep a tile of
+    # it in registers (a default schedule computes it inside the copy's loop).
+    best = te.compute(
+        w.shape,
+        lambda n, c, *o: te.nanmax_reduce(w.load(n, c, o), w.rk),
+        name="max_pool_acc",
+        tag="pool",
+    )
+    return [te.compute(w.shape, lambda *i: best[i], name="max_pool", tag="elemwise")]
 
 
 @register_op("avg_pool", "opaque")

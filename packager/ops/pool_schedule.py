@@ -60,11 +60,10 @@ def pool_nchwc_schedule(ctx: ScheduleContext) -> Schedule:
     cfg = ctx.cfg
     out_w = out_t.shape[3]
     ow_tile = cfg.define_split("tile_ow", out_w, DEFAULT_OW_TILE, most=16)
-    # root: one parallel copy of the padded input (measured 0.75 ms for 64x112x112 with
-    # its copy, 0.30 without); inline: a guarded load per tap, which keeps the tap loop
-    # scalar (5.4 ms).
-    pad_at = cfg.define("pad", ("root", "inline"), "root")
-    if pad is not None:
+    if pad is not None:  # avg pools (max pools clamp their taps into the input instead)
+        # root: one parallel copy of the padded input (measured 0.75 ms for 64x112x112
+        # with its copy, 0.30 without); inline: a guarded load per tap.
+        pad_at = cfg.define("pad", ("root", "inline"), "root")
         if pad_at == "inline":
             pad.compute_inline()
         else:

@@ -35,6 +35,7 @@ from .expr import (  # noqa: F401
     max_reduce,
     min_,
     min_reduce,
+    nanmax_reduce,
     ne,
     placeholder,
     prod,

@@ -31,7 +31,7 @@ _BIN = {
     "floormod": np.mod,
 }
 _CALL = {"fabs": np.abs, "round": np.rint, "isnan": np.isnan, "isinf": np.isinf}
-_RED = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
+_RED = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "nanmax": np.fmax.reduce}
 
 
 def _div(a, b, dtype):
@@ -123,12 +123,13 @@ def _identity(combiner: str, dtype: str):
     dt = np_dtype(dtype)
     if combiner in ("sum", "prod"):
         return np.array(0 if combiner == "sum" else 1, dtype=dt)
+    up = combiner in ("max", "nanmax")
     if dtype == "bool":
-        return np.array(combiner == "min")
+        return np.array(not up)
     if te.is_float(dtype):
-        return np.array(-np.inf if combiner == "max" else np.inf, dtype=dt)
+        return np.array(-np.inf if up else np.inf, dtype=dt)
     info = np.iinfo(dt)
-    return np.array(info.min if combiner == "max" else info.max, dtype=dt)
+    return np.array(info.min if up else info.max, dtype=dt)
 
 
 def evaluate(outputs: list[te.Tensor], feeds: dict) -> list[np.ndarray]:

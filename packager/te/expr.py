@@ -199,7 +199,8 @@ for _m in (
 
 @dataclass(eq=False, frozen=True)
 class Reduce(Expr):
-    """combiner over ``axes`` of ``body``; combiner: sum, prod, max, min.
+    """combiner over ``axes`` of ``body``; combiner: sum, prod, max, min, or nanmax (a
+    maximum that skips NaN, as numpy's fmax: max pooling's semantics in ONNX).
 
     Appears only as the whole body of a compute. ``where`` (optional) masks
     elements out of the reduction; the empty reduction yields the identity.
@@ -314,6 +315,7 @@ def _reducer(combiner: str):
 sum = _reducer("sum")  # noqa: A001 - mirrors the math it names
 prod = _reducer("prod")
 max_reduce = _reducer("max")
+nanmax_reduce = _reducer("nanmax")
 min_reduce = _reducer("min")
 
 

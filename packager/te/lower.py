@@ -24,6 +24,7 @@ from .expr import (
     Expr,
     Load,
     PlaceholderOp,
+    Select,
     Tensor,
     Var,
     const,
@@ -50,6 +51,13 @@ from .simplify import INT_RANGE, Simplifier
 _COMBINE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
 
 
+def _combine(combiner: str, acc: Expr, value: Expr) -> Expr:
+    """The running value of a reduction updated with ``value``."""
+    if combiner == "nanmax":  # a NaN value compares false and leaves acc as it is
+        return Select(Binary(">", value, acc, "bool"), value, acc, acc.dtype)
+    return Binary(_COMBINE[combiner], acc, value, acc.dtype)
+
+
 def _ic(v: int) -> Const:
     return Const(int(v), INDEX)
 
@@ -58,10 +66,11 @@ def identity(combiner: str, dtype: str) -> Const:
     """The value of an empty reduction."""
     if combiner in ("sum", "prod"):
         return const(0 if combiner == "sum" else 1, dtype)
+    up = combiner in ("max", "nanmax")
     if dtype in ("float32", "float64"):
-        return const(-math.inf if combiner == "max" else math.inf, dtype)
+        return const(-math.inf if up else math.inf, dtype)
     lo, hi = INT_RANGE[dtype]
-    return const(lo if combiner == "max" else hi, dtype)
+    return const(lo if up else hi, dtype)
 
 
 def flat_index(indices, shape) -> Expr:
@@ -180,11 +189,7 @@ class _Lowering:
             return self.loops(st, nest, leaves, store, allocs, nest.guards)
         split_at = next((k for k, iv in enumerate(leaves) if iv.kind == "reduce"), len(leaves))
         init = Store(buf, index, identity(reduce, body.dtype))
-        update = Store(
-            buf,
-            index,
-            Binary(_COMBINE[reduce], BufferLoad(buf, index), self.to_buffers(value), body.dtype),
-        )
+        update = Store(buf, index, _combine(reduce, BufferLoad(buf, index), self.to_buffers(value)))
         upd: Stmt = update
         if body.where is not None:
             upd = IfThenElse(self.to_buffers(body.where), update)

@@ -37,10 +37,10 @@ class Tuning:
         self.fallback: list[str] = []  # "label: why"
 
     def pick_algorithm(self, plan):
-        """A conv_algorithms policy: the variant with the fastest record (direct when
-        no variant has one). Records of different variants of one conv come from the
-        same board, so their costs compare."""
-        from ..graph.conv_algorithms import DIRECT
+        """A conv_algorithms policy: the variant with the fastest record (the untuned
+        rule, conv_algorithms.default_algorithm, when no variant has one). Records of
+        different variants of one conv come from the same board, so their costs compare."""
+        from ..graph.conv_algorithms import by_default
         from ..lowering import kernel_key
 
         def pick(k, node, trial):
@@ -49,7 +49,7 @@ class Tuning:
                 rec = self.best.get(kernel_key(n, g, plan.inplace.get(k, ())))
                 if rec is not None:
                     costs[algorithm] = cost(rec)
-            return min(costs, key=costs.get) if costs else DIRECT
+            return min(costs, key=costs.get) if costs else by_default(k, node, trial)
 
         return pick
 

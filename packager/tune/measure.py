@@ -32,6 +32,7 @@ from .tasks import Task
 
 # As bundles are built (CMakeLists.txt, native.py): contraction on, so FMAs are measured.
 PARALLEL_FOR = C_RUNTIME / "src" / "pk_parallel.c"
+SCRATCH = C_RUNTIME / "src" / "pk_scratch.c"
 EXTRA_FLAGS = ("-std=c99", "-fno-math-errno", "-ffp-contract=fast")
 
 
@@ -65,7 +66,7 @@ class Measurer:
         self.board, self.settings = board, settings or Settings()
         self.runner = LocalRunner() if board.is_local else RemoteRunner(board, log)
         self.flags = [*board.toolchain.cflags, *EXTRA_FLAGS]
-        self._pool_obj: Path | None = None
+        self._pool_obj: list[Path] | None = None
         if board.toolchain.sysroot:
             self.flags.append(f"--sysroot={board.toolchain.sysroot}")
 
@@ -111,7 +112,7 @@ class Measurer:
                 built.append((m, obj))
         n_in = len(task.node.inputs)
         driver = driver_source(ref, n_in, {m.index: m.prim.name for m, _ in built})
-        extra = [self._compile(driver, tmp), self._thread_pool()]
+        extra = [self._compile(driver, tmp), *self._runtime_objects()]
         exe = tmp / "driver"
         cmd = [self.board.toolchain.cc, *self.flags, objs[0], *[o for _, o in built], *extra]
         libs = ["-lm", "-lpthread"]
@@ -120,17 +121,20 @@ class Measurer:
             raise PackagerError(f"task {task.label}: linking the timing driver failed:\n{r.stderr}")
         return exe, [m for m, _ in built]
 
-    def _thread_pool(self) -> Path:
-        """The runtime's own parallel-for, with the board's thread count: candidates are
-        timed with the threads the bundle will run them with (the parallel knob matters).
-        Compiled once per measurer, so every candidate of a run is timed with the same
-        runtime even if its source changes meanwhile."""
+    def _runtime_objects(self) -> list[Path]:
+        """The runtime's own parallel-for, with the board's thread count (candidates are
+        timed with the threads the bundle will run them with: the parallel knob matters),
+        and its scratch memory. Compiled once per measurer, so every candidate of a run
+        is timed with the same runtime even if its source changes meanwhile."""
         if self._pool_obj is None:
             cores = self.board.cores
             defines = ["-DPK_USE_THREADS", f"-DPK_NUM_THREADS={cores}"] if cores > 1 else []
             flags = [*self.flags, *defines]
             cc = self.board.toolchain.cc
-            self._pool_obj = compile_object(PARALLEL_FOR, cc, flags, [INCLUDE], b"tune-pool")
+            self._pool_obj = [
+                compile_object(PARALLEL_FOR, cc, flags, [INCLUDE], b"tune-pool"),
+                compile_object(SCRATCH, cc, self.flags, [INCLUDE], b"tune-scratch"),
+            ]
         return self._pool_obj
 
     # --- running -------------------------------------------------------------------------

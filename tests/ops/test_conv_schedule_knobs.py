@@ -1,6 +1,7 @@
 """The conv2d_nchwc template's knobs: with no config it gives exactly the loop nest it gave
 before the reduction, row-tile and loop-order knobs existed (a frozen copy of that
-template below), and every new knob changes the nest and keeps the answer."""
+template below, with the two defaults changed since: the padded copy in vectors and the
+channel lanes unrolled by two), and every new knob changes the nest and keeps the answer."""
 
 from __future__ import annotations
 
@@ -49,6 +50,8 @@ def _old_schedule(outs, anchor, knobs):
         else:
             n, cb, h = st.op.axis[:3]
             st.parallel(st.fuse(n, cb, h))
+            if len(st.op.axis) == 5:  # since: the copy in vectors
+                st.vectorize(st.op.axis[-1])
 
     def annotate(st, n, obo, oh):
         if par == "n_oc_oh":
@@ -118,10 +121,11 @@ DENSE = [c for c in sorted(CASES) if CASES[c].get("groups", 1) == 1]
 @pytest.mark.parametrize("case", [*DENSE, "no_epilogue"])
 def test_defaults_give_the_old_nest(case):
     args, out, anchor = _group(case)
-    # A conv reading plain NCHW now defaults to the window loops outside its channels.
-    plain = {"reduce_order": ("rcb", "kh", "kw")} if args[0].ndim == 4 else {}
+    # A conv reading plain NCHW now defaults to the window loops outside its channels;
+    # a blocked one to two channel lanes per step.
+    since = {"reduce_order": ("rcb", "kh", "kw")} if args[0].ndim == 4 else {"unroll_rci": 1}
     for knobs in OLD_KNOBS:
-        new = schedule_for([out], anchor, "cpu", knobs={**knobs, **plain})
+        new = schedule_for([out], anchor, "cpu", knobs={**knobs, **since})
         old = _old_schedule([out], anchor[2], knobs)
         assert _c(new, args, out) == _c(old, args, out), knobs
 
@@ -131,6 +135,7 @@ def test_a_plain_input_conv_walks_its_channels_innermost():
     assert _space(args, out, anchor)["reduce_order"].default == ("kh", "kw", "rcb")
     args, out, anchor = _group("3x3_s1")
     assert _space(args, out, anchor)["reduce_order"].default == ("rcb", "kh", "kw", "rci")
+    assert _space(args, out, anchor)["unroll_rci"].default == 2
 
 
 def _space(args, out, anchor):

@@ -270,7 +270,7 @@ def test_heap_temporary_and_parallel_with_local_buffer():
     (e,), src = run(s, [A, E], "k_heap", [a])
     sq = a @ a
     np.testing.assert_allclose(e, (sq + sq.T) * 2, rtol=1e-4, atol=1e-4)
-    assert "malloc(" in src and "float T[64];" in src
+    assert "pk_scratch_alloc(" in src and "float T[64];" in src
 
 
 def test_vectorize_fallback_is_correct():
