@@ -114,3 +114,43 @@ def test_cli_build_with_a_forced_algorithm(tmp_path, cli):
     with pytest.raises(SystemExit) as stop:  # argparse refuses it, naming the choices
         cli("build", path, "--board", "host", "-o", tmp_path / "c", "--conv-algorithm", "fast")
     assert stop.value.code == 2 and not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize(
+    "c,oc,hw,want",
+    [
+        (64, 64, 56, "winograd_4"),
+        (64, 64, 28, "winograd_4"),
+        (64, 64, 27, "winograd_2"),
+        (128, 64, 14, "winograd_2"),
+        (64, 64, 13, "direct"),
+        (256, 256, 7, "direct"),
+        (32, 64, 56, "direct"),  # too few input channels for the transforms to pay
+        (64, 32, 56, "direct"),
+    ],
+)
+def test_untuned_rule_by_shape(c, oc, hw, want):
+    graph, (node,) = _convs(_conv_model(c=c, oc=oc, hw=hw))
+    assert ca.default_algorithm(node, graph) == want
+    out = ca.choose(graph, ca.by_default)
+    ops = [n["op"] for node in out.nodes for n in node.attrs.get("nodes", [])]
+    assert ("conv2d_winograd_nchwc" in ops) is (want != "direct")
+    if want != "direct":
+        tile = want[-1]
+        assert any(v.name.endswith(f"__winograd{tile}") for v in out.consts())
+
+
+def test_untuned_build_follows_the_rule_and_direct_can_be_forced():
+    model = networks.resnet(seed=3, blocks=(1, 1, 1, 1), width=64, size=112)
+    x = np.random.default_rng(1).uniform(-1, 1, (1, 3, 112, 112)).astype(np.float32)
+
+    def tiles(compiled):
+        inner = [n for node in compiled.graph.nodes for n in node.attrs.get("nodes", [])]
+        return sorted(n["attrs"]["tile"] for n in inner if n["op"] == "conv2d_winograd_nchwc")
+
+    # stride-1 3x3 convs: two at 28x28 (64 ch), one each at 14x14 (128), 7x7, 4x4
+    assert tiles(compile_model(model)) == [2, 4, 4]
+    assert tiles(compile_model(model, conv_algorithm="direct")) == []
+    (want,) = ort_outputs(model, {"input": x})
+    (got,) = run_model(model, {"input": x})
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * np.abs(want).max())
