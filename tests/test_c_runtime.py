@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -61,6 +62,11 @@ def test_ctest_under_sanitizers(tmp_path):
         env={**os.environ, **SAN_ENV},
     )
     assert r.returncode == 0, r.stdout + r.stderr
+    # Every test program in c_runtime/tests is registered in CMakeLists.txt and passed.
+    ran = set(re.findall(r"Test +#\d+: (\S+) \.+ +Passed", r.stdout))
+    programs = {p.stem for p in (C_RUNTIME / "tests").glob("test_*.c")} - {"test_kernels"}
+    assert programs >= {"test_graph", "test_npy", "test_json", "test_scratch"}
+    assert ran == programs, r.stdout
 
 
 # ---- params.bin ---------------------------------------------------------------------------

@@ -65,6 +65,129 @@ int main(void) {
 }
 """
 
+# Chunked hand-out (run_chunks grabs max(1, remaining / (2 * threads)) indices with a
+# compare-and-swap): loops of 1, 2, 3, 7, 1000 and 100003 indices back to back, then loops
+# whose slow indices are the first few (all in the first, largest grab), the last few, or
+# one in many. A slow body sleeps before it counts, so a caller that returned before a
+# worker finished its run would find that index uncounted. Last, the grabs are bounded:
+# while the thread that took index 0 sleeps on it, the others run the rest of the loop, so
+# it runs fewer than half the indices (it could take all of them if one grab took the
+# whole loop; some of 10 such loops suffice, as a worker may come late to any one).
+CHUNK_PROGRAM = r"""
+#include "pk_kernel.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define GUARD 64 /* counters past n: must stay 0 */
+typedef struct {
+    int* hits;
+    int64_t n;
+    int64_t slow_first; /* indices below this are slow */
+    int64_t slow_last;  /* the last this many indices are slow */
+    int64_t slow_every; /* every slow_every-th index is slow (0: none) */
+    long sleep_ns;
+    int out_of_range;
+    uintptr_t* owner; /* if set: owner[i] = the thread that ran index i */
+} job_t;
+
+static __thread char thread_tag;
+
+static void body(void* p, int64_t i) {
+    job_t* j = p;
+    if (i < 0 || i >= j->n) {
+        __atomic_fetch_add(&j->out_of_range, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    int slow = i < j->slow_first || i >= j->n - j->slow_last;
+    if (slow || (j->slow_every && i % j->slow_every == 0)) {
+        struct timespec ts = {0, j->sleep_ns};
+        nanosleep(&ts, NULL);
+    }
+    if (j->owner) j->owner[i] = (uintptr_t)&thread_tag; /* one per thread */
+    __atomic_fetch_add(&j->hits[i], 1, __ATOMIC_RELAXED);
+}
+
+static int run(job_t* j, const char* what, int rep) {
+    memset(j->hits, 0, (size_t)(j->n + GUARD) * sizeof *j->hits);
+    j->out_of_range = 0;
+    pk_parallel_for(body, j, j->n);
+    if (j->out_of_range) {
+        printf("%s n=%ld rep %d: %d calls out of range\n", what, (long)j->n, rep, j->out_of_range);
+        return 1;
+    }
+    for (int64_t i = 0; i < j->n + GUARD; i++) {
+        if (j->hits[i] != (i < j->n)) {
+            printf("%s n=%ld rep %d: index %ld ran %d times\n", what, (long)j->n, rep, (long)i,
+                   j->hits[i]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int main(void) {
+    static const int64_t sizes[] = {1, 2, 3, 7, 1000, 100003};
+    static int hits[100003 + GUARD];
+    job_t j;
+    memset(&j, 0, sizeof j);
+    j.hits = hits;
+    for (int rep = 0; rep < 1000; rep++) {
+        for (int s = 0; s < 6; s++) {
+            if (sizes[s] > 1000 && rep % 50) continue;
+            j.n = sizes[s];
+            if (run(&j, "even", rep)) return 1;
+        }
+    }
+    static const int64_t uneven[] = {2, 3, 7, 1000, 100003};
+    for (int rep = 0; rep < 4; rep++) {
+        for (int s = 0; s < 5; s++) {
+            memset(&j, 0, sizeof j);
+            j.hits = hits;
+            j.n = uneven[s];
+            j.sleep_ns = 2000000; /* 2 ms, against well under a microsecond for the others */
+            j.slow_first = 4;
+            if (run(&j, "first 4 slow", rep)) return 1;
+            j.slow_first = 0;
+            j.slow_last = 4;
+            if (run(&j, "last 4 slow", rep)) return 1;
+            j.slow_last = 0;
+            j.slow_every = j.n > 1000 ? 5000 : 97;
+            j.sleep_ns = 200000;
+            if (run(&j, "one in many slow", rep)) return 1;
+            j.slow_every = 0;
+            j.slow_first = 1;
+            j.sleep_ns = 20000000; /* index 0 alone: 20 ms */
+            if (run(&j, "index 0 slow", rep)) return 1;
+        }
+    }
+    const char* threads = getenv("PACKAGER_NUM_THREADS");
+    if (threads && atoi(threads) > 1) {
+        static uintptr_t owner[1000];
+        int spread = 0;
+        for (int rep = 0; rep < 10 && !spread; rep++) {
+            memset(&j, 0, sizeof j);
+            j.hits = hits;
+            j.owner = owner;
+            j.n = 1000;
+            j.slow_first = 1;
+            j.sleep_ns = 20000000;
+            if (run(&j, "index 0 slow, owners", rep)) return 1;
+            int same = 0;
+            for (int i = 0; i < 1000; i++)
+                same += owner[i] == owner[0];
+            spread = same < 500;
+        }
+        if (!spread) {
+            puts("the thread that ran index 0 ran half the loop or more, 10 times out of 10");
+            return 1;
+        }
+    }
+    puts("ok");
+    return 0;
+}
+"""
+
 SANITIZERS = {
     "thread": ("-fsanitize=thread", {"TSAN_OPTIONS": "halt_on_error=1:exitcode=66"}),
     "address": (
@@ -74,13 +197,13 @@ SANITIZERS = {
 }
 
 
-def _build(tmp: Path, sanitizer: str) -> Path:
+def _build(tmp: Path, sanitizer: str, program: str = PROGRAM, name: str = "pool_test") -> Path:
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if cc is None:
         pytest.skip("no C compiler")
-    src = tmp / "pool_test.c"
-    src.write_text(PROGRAM)
-    exe = tmp / f"pool_test_{sanitizer}"
+    src = tmp / f"{name}.c"
+    src.write_text(program)
+    exe = tmp / f"{name}_{sanitizer}"
     cmd = [
         cc,
         "-O1",
@@ -106,6 +229,16 @@ def _build(tmp: Path, sanitizer: str) -> Path:
 @pytest.mark.parametrize("sanitizer", list(SANITIZERS))
 def test_every_index_once_under_sanitizers(tmp_path, sanitizer):
     exe = _build(tmp_path, sanitizer)
+    for threads in ("1", "2", "5"):
+        env = {**os.environ, **SANITIZERS[sanitizer][1], "PACKAGER_NUM_THREADS": threads}
+        r = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0 and r.stdout.strip() == "ok", (threads, r.stdout, r.stderr)
+        assert "WARNING" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("sanitizer", list(SANITIZERS))
+def test_chunks_every_index_once_under_sanitizers(tmp_path, sanitizer):
+    exe = _build(tmp_path, sanitizer, CHUNK_PROGRAM, "chunk_test")
     for threads in ("1", "2", "5"):
         env = {**os.environ, **SANITIZERS[sanitizer][1], "PACKAGER_NUM_THREADS": threads}
         r = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=300)
