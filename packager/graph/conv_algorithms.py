@@ -100,13 +100,17 @@ def variants(node: Node, graph: Graph) -> list[Variant]:
     return out
 
 
-# The untuned rule. Measured on the host (EPYC, AVX-512, 1 thread), ResNet-18's 3x3
-# convs, ms, direct / F(2x2) / F(4x4): 56x56x64 2.14 / 3.5 / 1.04; 28x28x128 2.10 / 1.35
-# / 0.97; 14x14x256 2.14 / 1.27 / 1.58; 7x7x512 2.18 / 2.58 / 2.23. A tile needs enough
-# channels for its products to outweigh its transforms: all measured convs had >= 64.
-WINOGRAD_MIN_CHANNELS = 64
-WINOGRAD_4_MIN_SIZE = 28  # output rows and columns: F(4x4) from here
-WINOGRAD_2_MIN_SIZE = 14  # F(2x2) from here up to F(4x4)'s size; direct below
+# The untuned rule, from the host (EPYC, 1 thread, `run_bundle --profile`), ms, direct /
+# F(2x2) / F(4x4). ResNet-18: 56x56 64->64 2.13 / 2.2 / 1.07-1.41; 28x28 128->128 2.13 /
+# 1.25-1.34 / 0.97-1.07; 14x14 256->256 2.18 / 1.28-1.34 / 1.63-1.70; 7x7 512->512 2.29 /
+# 2.40 / 2.46-2.56. SqueezeNet: 55x55 16->64 0.59 / 0.59-0.69 / 0.32-0.41; 27x27 32->128
+# 0.63-0.67 / 0.35 / 0.22; 13x13 48->192 0.29 / 0.18 / 0.29; 13x13 64->256 0.53 / 0.33-0.36
+# / 0.38. A tile needs enough channels for its products to outweigh its transforms; the
+# fewest measured (and winning) were 16 in, 64 out.
+WINOGRAD_MIN_IN_CHANNELS = 16
+WINOGRAD_MIN_OUT_CHANNELS = 64
+WINOGRAD_4_MIN_SIZE = 24  # output rows and columns: F(4x4) from here (won at 27, lost at 14)
+WINOGRAD_2_MIN_SIZE = 10  # F(2x2) up to F(4x4)'s size (won at 13, lost at 7); direct below
 
 
 def default_algorithm(node: Node, graph: Graph) -> str:
@@ -117,7 +121,8 @@ def default_algorithm(node: Node, graph: Graph) -> str:
     channels_out = w.shape[0] * w.shape[5]
     pads = list(conv["attrs"].get("pads") or [0, 0, 0, 0])
     size = min(x.shape[2] + pads[0] + pads[2] - 2, x.shape[3] + pads[1] + pads[3] - 2)
-    if min(channels_in, channels_out) < WINOGRAD_MIN_CHANNELS or size < WINOGRAD_2_MIN_SIZE:
+    few = channels_in < WINOGRAD_MIN_IN_CHANNELS or channels_out < WINOGRAD_MIN_OUT_CHANNELS
+    if few or size < WINOGRAD_2_MIN_SIZE:
         return DIRECT
     return "winograd_4" if size >= WINOGRAD_4_MIN_SIZE else "winograd_2"
 

@@ -120,12 +120,14 @@ def test_cli_build_with_a_forced_algorithm(tmp_path, cli):
     "c,oc,hw,want",
     [
         (64, 64, 56, "winograd_4"),
-        (64, 64, 28, "winograd_4"),
-        (64, 64, 27, "winograd_2"),
+        (16, 64, 28, "winograd_4"),
+        (64, 64, 24, "winograd_4"),
+        (64, 64, 23, "winograd_2"),
         (128, 64, 14, "winograd_2"),
-        (64, 64, 13, "direct"),
+        (48, 192, 10, "winograd_2"),
+        (64, 64, 9, "direct"),
         (256, 256, 7, "direct"),
-        (32, 64, 56, "direct"),  # too few input channels for the transforms to pay
+        (8, 64, 56, "direct"),  # too few channels for the transforms to pay
         (64, 32, 56, "direct"),
     ],
 )
