@@ -1,7 +1,8 @@
 """Bundle latency against ONNX Runtime on the same model, input and thread count.
 
 For each model: package it for the host board, build run_bundle, then alternate rounds
-of `run_bundle --repeat N` and N timed ORT runs (same input, intra_op_num_threads set),
+of `run_bundle --repeat N` and N timed ORT runs (same input, intra_op_num_threads set;
+ORT in a process of its own too),
 so both see the same machine noise; each round starts with the next of them, so none is
 always the one that runs right after the other process. Prints each median and the
 ratio bundle/ORT.
@@ -109,6 +110,28 @@ def time_ort(sess, feeds, repeat: int) -> float:
     return statistics.median(times)
 
 
+def time_ort_process(model_path: Path, inputs: dict[str, str], repeat: int, threads: int):
+    """ORT's median in a process of its own, as run_bundle's: an idle ORT session left in
+    this process made 2-thread bundle runs erratic (MobileNetV2 2.85-5.37 ms, 2.86-3.01
+    without it)."""
+    cmd = [sys.executable, __file__, "--ort-child", str(model_path), str(threads), str(repeat)]
+    cmd += [f"{name}={path}" for name, path in inputs.items()]
+    r = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])["median_ms"]
+
+
+def ort_child(argv) -> int:
+    model_path, threads, repeat, *inputs = argv
+    model = onnx.load(model_path)
+    feeds = {}
+    for item in inputs:
+        name, path = item.split("=", 1)
+        feeds[name] = np.load(path)
+    sess = ort_session(model, int(threads))
+    print(json.dumps({"median_ms": time_ort(sess, feeds, int(repeat))}))
+    return 0
+
+
 def settle(seconds: float = 0.3) -> None:
     """Let the other side's worker threads go idle (ORT's pool spins after a run by
     default), so each side starts on a quiet machine."""
@@ -132,13 +155,14 @@ def compare(
         for k, (n, a) in enumerate(feeds.items()):
             paths[n] = f"{d}/in{k}.npy"
             np.save(paths[n], a)
+        model_path = Path(d) / "model.onnx"
+        onnx.save(model, model_path)
         for threads in threads_list:
-            sess = ort_session(model, threads)
             runs = [
                 (label, lambda b=b, e=e, t=threads: time_bundle(e, b, paths, repeat, t))
                 for label, b, e in variants
             ]
-            runs.append(("ort", lambda s=sess: time_ort(s, feeds, repeat)))
+            runs.append(("ort", lambda t=threads: time_ort_process(model_path, paths, repeat, t)))
             times: dict[str, list[float]] = {label: [] for label, _ in runs}
             for r in range(rounds):
                 # interleaved, every variant sees the same noise; each round starts with
@@ -179,6 +203,9 @@ def compare(
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--ort-child"]:
+        return ort_child(argv[1:])
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
