@@ -598,7 +598,7 @@ class _Printer:
             it, f"({self.operand(c.a, True)} {_COMPARE[c.op]} {self.operand(c.b, True)})"
         )
         t, f = self.operand(e.t, True), self.operand(e.f, True)
-        return f"(({vt})(((({it}){t}) & {m}) | ((({it}){f}) & ~{m})))"
+        return _mask_blend(vt, it, m, t, f)
 
     def _branch(self, t: str, e: Expr) -> None:
         memo = dict(self.memo)  # temps made in the branch are local to its block
@@ -636,7 +636,7 @@ class _Printer:
         a, b = (x if _is_temp(x) else self.r.temp(vt, x) for x in (a, b))
         cmp = ">" if op == "max" else "<"
         m = self.r.temp(it, f"({a} {cmp} {b}) | ({a} != {a})")
-        return f"(({vt})(((({it}){a}) & {m}) | ((({it}){b}) & ~{m})))"
+        return _mask_blend(vt, it, m, a, b)
 
     def _call(self, e: Call) -> str:
         func = _RENAME.get(e.func, e.func)
@@ -800,6 +800,12 @@ def _no_carried_dependence(s: For) -> bool:
 
 
 _VEC_OPS = ("+", "-", "*", "/")
+
+
+def _mask_blend(vt: str, it: str, mask: str, t: str, f: str) -> str:
+    """Vector (type ``vt``) taking each lane from ``t`` where the ``mask`` (a compare
+    result, integer vector type ``it``) is set, else from ``f``."""
+    return f"(({vt})(((({it}){t}) & {mask}) | ((({it}){f}) & ~{mask})))"
 
 
 def _is_temp(text: str) -> bool:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..ops.conv_winograd import TILES, transform_weight
+from ..ops.conv_winograd import KERNEL, TILES, transform_weight
 from .ir import Graph, Node, Value
 
 DIRECT = "direct"
@@ -35,9 +35,14 @@ ALGORITHMS = (DIRECT, *(f"winograd_{m}" for m in TILES))
 
 @dataclass
 class Variant:
-    algorithm: str
     node: Node
     weight: Value  # the transformed filters the node reads
+    tile: int
+    filters: Value  # the conv's own filters, which ``weight`` transforms
+
+    @property
+    def algorithm(self) -> str:
+        return f"winograd_{self.tile}"
 
 
 def _inner_conv(node: Node) -> dict | None:
@@ -76,17 +81,19 @@ def _unpack(w: np.ndarray) -> np.ndarray:
     return w.transpose(0, 5, 1, 4, 2, 3).reshape(ob * y, cb * x, kh, kw)
 
 
-def variants(node: Node, graph: Graph) -> list[Variant]:
-    """The Winograd forms of an eligible conv node (none for any other node)."""
+def variants(node: Node, graph: Graph, transform: bool = True) -> list[Variant]:
+    """The Winograd forms of an eligible conv node (none for any other node).
+    ``transform=False`` leaves the transformed filters' data out (``transformed`` fills
+    it in): their shape is all a choice between the forms needs."""
     if not eligible(node, graph):
         return []
     conv = _inner_conv(node)
     w = graph.values[conv["inputs"][1]]
-    block = w.shape[5]
+    ob, cb, _, _, x, y = w.shape
     out = []
     for m in TILES:
-        data = transform_weight(_unpack(w.data), m, block)
-        u = Value(f"{w.name}__winograd{m}", tuple(data.shape), w.dtype, data)
+        alpha = m + KERNEL - 1
+        u = Value(f"{w.name}__winograd{m}", (alpha, alpha, ob, cb * x, y), w.dtype)
         attrs = {"pads": list(conv["attrs"].get("pads") or [0, 0, 0, 0]), "tile": m}
         inputs = [conv["inputs"][0], u.name, *conv["inputs"][2:]]
         new_inner = {**conv, "op": "conv2d_winograd_nchwc", "attrs": attrs, "inputs": inputs}
@@ -96,8 +103,17 @@ def variants(node: Node, graph: Graph) -> list[Variant]:
             new = replace(node, inputs=outer, attrs={**node.attrs, "nodes": inner})
         else:
             new = replace(node, op="conv2d_winograd_nchwc", inputs=inputs, attrs=attrs)
-        out.append(Variant(f"winograd_{m}", new, u))
+        v = Variant(new, u, m, w)
+        out.append(transformed(v) if transform else v)
     return out
+
+
+def transformed(v: Variant) -> Variant:
+    """``v`` with its transformed filters computed."""
+    w = v.filters
+    data = transform_weight(_unpack(w.data), v.tile, w.shape[5])
+    assert data.shape == v.weight.shape, (data.shape, v.weight.shape)
+    return replace(v, weight=replace(v.weight, data=data))
 
 
 # The untuned rule, from the host (EPYC, 1 thread, `run_bundle --profile`), ms, direct /
@@ -141,7 +157,7 @@ def choose(graph: Graph, pick: Pick) -> Graph:
     values = dict(graph.values)
     nodes = list(graph.nodes)
     for k, node in enumerate(graph.nodes):
-        options = variants(node, graph)
+        options = variants(node, graph, transform=False)  # only the chosen one is computed
         if not options:
             continue
         trial = [(DIRECT, node, graph)]
@@ -152,7 +168,7 @@ def choose(graph: Graph, pick: Pick) -> Graph:
         for v in options:
             if v.algorithm == algorithm:
                 nodes[k] = v.node
-                values[v.weight.name] = v.weight
+                values[v.weight.name] = transformed(v).weight
     return replace(graph, nodes=nodes, values=values)
 
 

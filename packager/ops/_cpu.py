@@ -22,6 +22,27 @@ def find_tagged(t: te.Tensor, tag: str) -> te.Tensor | None:
     return None
 
 
+def inline_around_pad(sch: te.Schedule, conv: te.Tensor) -> te.Tensor | None:
+    """Inline every stage of a conv's group but its outputs, its reductions and the conv's
+    padded input; returns that input (None when the conv reads its input as it is)."""
+    pad = find_tagged(conv, "pad") if conv.op.input_tensors else None
+    for st in sch.stages:
+        if not (st.is_output or st.op.reduce_axis or (pad is not None and st.tensor is pad)):
+            st.compute_inline()
+    return pad
+
+
+def padded_copy_at_root(st, parallel: bool, vectorize: bool) -> None:
+    """A padded input made once at root: its rows (n, block, row fused) on the thread
+    pool, and each channel block of a blocked (5-d) input one vector copy (the padding
+    guard decided once per block)."""
+    if vectorize and len(st.op.axis) == 5:
+        st.vectorize(st.op.axis[-1])
+    if parallel:
+        n, cb, h = st.op.axis[:3]
+        st.parallel(st.fuse(n, cb, h))
+
+
 def fallback(ctx: ScheduleContext) -> te.Schedule:
     """The generic schedule, for shapes and dtypes a template does not handle."""
     return default_schedule(ctx.outs, ctx.vector_bits, ctx.cores)

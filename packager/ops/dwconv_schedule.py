@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from .. import te
 from ..te.schedule import Schedule, create_schedule
-from ._cpu import find_tagged
+from ._cpu import inline_around_pad, padded_copy_at_root
 from .registry import ScheduleContext
 
 # Accumulators in one tile (2 blocks x 7 columns by default). Each tap is one load and
@@ -60,11 +60,7 @@ def default_pad(vectorized: bool) -> str:
 def schedule_depthwise_cpu(ctx: ScheduleContext, conv: te.Tensor) -> Schedule:
     out = ctx.outs[0]
     sch = create_schedule(ctx.outs)
-    pad = find_tagged(conv, "pad") if conv.op.input_tensors else None
-    for st in sch.stages:
-        if st.is_output or st.op.reduce_axis or (pad is not None and st.tensor is pad):
-            continue
-        st.compute_inline()
+    pad = inline_around_pad(sch, conv)
     cfg = ctx.cfg
     _, out_blocks, _, out_w, block = conv.shape
     oc_tile = cfg.define_split("tile_oc", out_blocks, MAX_OC_TILE, most=MAX_OC_TILE)
@@ -109,7 +105,4 @@ def _schedule_pad(sch: Schedule, pad, where: str, vec: bool) -> None:
     if where == "inline":
         p.compute_inline()
         return
-    n, cb, h = p.op.axis[:3]
-    p.parallel(p.fuse(n, cb, h))
-    if vec and len(p.op.axis) == 5:
-        p.vectorize(p.op.axis[4])
+    padded_copy_at_root(p, True, vec)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ..te.schedule import Schedule, create_schedule
 from . import pool  # noqa: F401  (registers the ops; this module overrides their cpu schedule)
-from ._cpu import blocked_reduce_schedule, lanes_of
+from ._cpu import blocked_reduce_schedule, lanes_of, padded_copy_at_root
 from .registry import ScheduleContext, register_schedule
 
 # Output columns per tile: 8 accumulators (one vector each) leave registers for the loads.
@@ -67,10 +67,7 @@ def pool_nchwc_schedule(ctx: ScheduleContext) -> Schedule:
         if pad_at == "inline":
             pad.compute_inline()
         else:
-            n, cb, h = pad.op.axis[:3]
-            if ctx.cores > 1:
-                pad.parallel(pad.fuse(n, cb, h))
-            pad.vectorize(pad.op.axis[-1])
+            padded_copy_at_root(pad, ctx.cores > 1, True)
     out = sch[out_t]
     n, cb, oh, ow, oi = out.op.axis
     owo, owi = out.split(ow, ow_tile)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from .. import te
 from ..te.schedule import Schedule, create_schedule, default_schedule
 from . import conv_winograd  # noqa: F401  (registers the op this module schedules)
-from ._cpu import find_tagged
+from ._cpu import find_tagged, padded_copy_at_root
 from .conv_schedule import ACC_REGS, MAX_OC_TILE, default_tile
 from .registry import ScheduleContext, register_schedule
 
@@ -60,11 +60,7 @@ def schedule_winograd_cpu(ctx: ScheduleContext) -> Schedule:
     m = conv.op.attrs["tile"]
     par = ctx.cores > 1
     if "winograd_pad" in stages:
-        st = sch[stages["winograd_pad"]]
-        n, cb, h = st.op.axis[:3]
-        st.vectorize(st.op.axis[-1])
-        if par:
-            st.parallel(st.fuse(n, cb, h))
+        padded_copy_at_root(sch[stages["winograd_pad"]], par, True)
     _input_transform(sch, stages, par)
     _products(sch, stages, cfg, par)
     _output_transform(sch, stages, conv, out, m, par)
