@@ -66,7 +66,7 @@ class Measurer:
         self.board, self.settings = board, settings or Settings()
         self.runner = LocalRunner() if board.is_local else RemoteRunner(board, log)
         self.flags = [*board.toolchain.cflags, *EXTRA_FLAGS]
-        self._pool_obj: list[Path] | None = None
+        self._runtime_objs: list[Path] | None = None
         if board.toolchain.sysroot:
             self.flags.append(f"--sysroot={board.toolchain.sysroot}")
 
@@ -126,16 +126,16 @@ class Measurer:
         timed with the threads the bundle will run them with: the parallel knob matters),
         and its scratch memory. Compiled once per measurer, so every candidate of a run
         is timed with the same runtime even if its source changes meanwhile."""
-        if self._pool_obj is None:
+        if self._runtime_objs is None:
             cores = self.board.cores
             defines = ["-DPK_USE_THREADS", f"-DPK_NUM_THREADS={cores}"] if cores > 1 else []
             flags = [*self.flags, *defines]
             cc = self.board.toolchain.cc
-            self._pool_obj = [
+            self._runtime_objs = [
                 compile_object(PARALLEL_FOR, cc, flags, [INCLUDE], b"tune-pool"),
                 compile_object(SCRATCH, cc, self.flags, [INCLUDE], b"tune-scratch"),
             ]
-        return self._pool_obj
+        return self._runtime_objs
 
     # --- running -------------------------------------------------------------------------
 
