@@ -139,9 +139,11 @@ def cmd_boards(args) -> int:
     width = max((len(b.name) for b in boards), default=4)
     for b in boards:
         origin = "user" if is_user_board(b) else "shipped"
-        replaces = "  (replaces the shipped one)" if origin == "user" and (
-            shipped_dir / f"{b.name}.yaml"
-        ).is_file() else ""
+        replaces = (
+            "  (replaces the shipped one)"
+            if origin == "user" and (shipped_dir / f"{b.name}.yaml").is_file()
+            else ""
+        )
         print(f"{b.name:<{width}}  {b.arch:<7}  {origin:<7}  {b.description}{replaces}")
     print(f"\nshipped profiles: {shipped_dir}\nuser profiles:    {user_dir}")
     return 0
