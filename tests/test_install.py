@@ -35,7 +35,10 @@ def build_wheel(tmp: Path) -> Path:
     shutil.copytree(ROOT, source, ignore=NOT_SOURCES)
     out = tmp / "wheels"
     pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-    subprocess.run([*pip, "-w", str(out), str(source)], check=True)
+    done = subprocess.run([*pip, "-w", str(out), str(source)], capture_output=True, text=True)
+    # setuptools before 70.1 builds wheels only with the `wheel` package: the test extra
+    # (pip install -e ".[test]") brings a newer one.
+    assert done.returncode == 0, f"building the wheel failed:\n{done.stdout}{done.stderr}"
     (wheel,) = out.glob("packager-*.whl")
     return wheel
 
