@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
+from . import __version__, resources
 from .graph.ir import Graph, np_dtype
 from .graph.memory import MemoryPlan
 from .graph.plan_report import plan_stats
@@ -26,8 +26,7 @@ from .lowering import Kernel
 from .names import safe_name
 from .params_file import write_params
 
-ROOT = Path(__file__).resolve().parent.parent
-C_RUNTIME = ROOT / "c_runtime"
+C_RUNTIME = resources.c_runtime()
 RUNTIME_PARTS = ("include", "src", "tools", "CMakeLists.txt")
 
 

@@ -12,6 +12,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from . import __version__
 from .cli_remote import add_connection_options
 from .cli_remote import add_parsers as add_board_parsers
 from .errors import PackagerError
@@ -123,7 +124,7 @@ def inspect_plan(args) -> int:
 
 
 def cmd_boards(args) -> int:
-    from .boards import check_board_file, list_boards
+    from .boards import boards_dirs, check_board_file, is_user_board, list_boards
 
     if args.ping:
         from .cli_remote import ping
@@ -134,9 +135,17 @@ def cmd_boards(args) -> int:
         print(f"{args.check}: ok ({board.name}, {board.arch}, {board.cores} cores)")
         return 0
     boards = list_boards()
+    user_dir, shipped_dir = boards_dirs()
     width = max((len(b.name) for b in boards), default=4)
     for b in boards:
-        print(f"{b.name:<{width}}  {b.arch:<7}  {b.description}")
+        origin = "user" if is_user_board(b) else "shipped"
+        replaces = (
+            "  (replaces the shipped one)"
+            if origin == "user" and (shipped_dir / f"{b.name}.yaml").is_file()
+            else ""
+        )
+        print(f"{b.name:<{width}}  {b.arch:<7}  {origin:<7}  {b.description}{replaces}")
+    print(f"\nshipped profiles: {shipped_dir}\nuser profiles:    {user_dir}")
     return 0
 
 
@@ -147,6 +156,7 @@ def make_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=f"packager {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     b = sub.add_parser(
@@ -231,8 +241,10 @@ def make_parser() -> argparse.ArgumentParser:
     bo = sub.add_parser(
         "boards",
         help="list board profiles or check one",
-        description="List the board profiles (name, arch, description), or "
-        "validate a profile file with --check.",
+        description="List the board profiles (name, arch, shipped or user, description; "
+        "user profiles are read from $PACKAGER_BOARDS_DIR, else "
+        "~/.config/packager/boards/, and take precedence over shipped ones of the same "
+        "name), or validate a profile file with --check.",
     )
     bo.add_argument("--check", metavar="FILE.yaml", help="validate a board profile file")
     bo.add_argument(

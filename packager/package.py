@@ -116,7 +116,8 @@ def package(
     conv_algorithm: str | None = None,
 ) -> Path:
     """Package ``model_path`` for ``board`` into ``out_dir``; returns the bundle path.
-    Tuning records apply from ``tuning_logs`` and the shipped ``tuning_logs/<board>/``."""
+    Tuning records apply from ``tuning_logs``, the shipped ``tuning_logs/<board>/`` and the
+    user's (tune.apply.log_files)."""
     from .tune.apply import Tuning, log_files
 
     say = log or (lambda msg: None)

@@ -12,6 +12,11 @@ sys.path.insert(0, str(ROOT / "examples"))
 def _object_cache(tmp_path_factory):
     """Tests share one object cache, kept across runs unless CI asks for a clean one."""
     os.environ.setdefault("PACKAGER_CACHE_DIR", str(ROOT / ".cache"))
+    # The user's own profiles and tuning logs stay out of the tests: empty homes.
+    home = tmp_path_factory.mktemp("xdg")
+    os.environ["XDG_CONFIG_HOME"] = str(home / "config")
+    os.environ["XDG_DATA_HOME"] = str(home / "data")
+    os.environ.pop("PACKAGER_BOARDS_DIR", None)
     yield
 
 

@@ -84,10 +84,38 @@ def test_list_repository_boards(monkeypatch):
     assert all(isinstance(b, Board) for b in listed)
 
 
-def test_list_boards_honours_env_dir(profiles):
+SHIPPED = sorted(p.stem for p in (REPO / "board_profiles").glob("*.yaml"))
+
+
+def test_list_boards_adds_the_env_dir_to_the_shipped(profiles):
     write(profiles, "b", VALID.format(name="b"))
     write(profiles, "a", VALID.format(name="a"))
-    assert [b.name for b in list_boards()] == ["a", "b"]
+    listed = list_boards()
+    assert [b.name for b in listed] == sorted(["a", "b", *SHIPPED])
+    assert {b.name for b in listed if boards.is_user_board(b)} == {"a", "b"}
+
+
+def test_user_boards_from_xdg_config_home(tmp_path, monkeypatch):
+    monkeypatch.delenv(boards.BOARDS_DIR_ENV, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    directory = tmp_path / "packager" / "boards"
+    directory.mkdir(parents=True)
+    write(directory, "mine", VALID.format(name="mine"))
+    assert load_board("mine").path == directory / "mine.yaml"
+    assert [b.name for b in list_boards()] == sorted(["mine", *SHIPPED])
+
+
+def test_user_board_takes_precedence_over_shipped(profiles, cli):
+    path = write(profiles, "rpi4", VALID.format(name="rpi4").replace("a test", "my own"))
+    assert load_board("rpi4").path == path
+    assert load_board("rpi4").description == "my own board"
+    code, out, _ = cli("boards")
+    assert code == 0
+    rows = {line.split()[0]: line for line in out.splitlines() if line}
+    assert rows["rpi4"].split()[2] == "user" and "(replaces the shipped one)" in rows["rpi4"]
+    assert rows["rpi3"].split()[2] == "shipped"
+    assert f"shipped profiles: {REPO / 'board_profiles'}" in out
+    assert f"user profiles:    {profiles}" in out
 
 
 # --- connections -------------------------------------------------------------------------------
@@ -227,7 +255,10 @@ def test_unknown_profile_name_lists_known(profiles):
     write(profiles, "beta", VALID.format(name="beta"))
     with pytest.raises(PackagerError) as info:
         load_board("gamma")
-    assert str(info.value).startswith("unknown board 'gamma' (known: alpha, beta;")
+    assert str(info.value) == (
+        f"unknown board 'gamma' (known: {', '.join(sorted(['alpha', 'beta', *SHIPPED]))}; "
+        f"profiles are read from {profiles} and {REPO / 'board_profiles'})"
+    )
 
 
 def test_missing_file(profiles):

@@ -241,6 +241,16 @@ def test_boards_list(cli):
     assert code == 0 and out.startswith("host") and "x86_64" in out
 
 
+def test_version(cli, capsys):
+    from packager import __version__
+    from packager.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out == f"packager {__version__}\n"
+
+
 def test_help_explains(cli, capsys):
     from packager.cli import main
 

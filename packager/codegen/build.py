@@ -19,10 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-INCLUDE = ROOT / "c_runtime" / "include"
+from .. import resources
+
+INCLUDE = resources.c_runtime() / "include"
 SERIAL_PARALLEL_FOR = Path(__file__).with_name("serial_parallel_for.c")
-SCRATCH = ROOT / "c_runtime" / "src" / "pk_scratch.c"
+SCRATCH = resources.c_runtime() / "src" / "pk_scratch.c"
 DEFAULT_CFLAGS = ("-O2", "-fPIC", "-std=c99", "-ffp-contract=fast")
 
 

@@ -1,7 +1,8 @@
 """Build time: the best record of each task, as knobs for its schedule template.
 
-Logs come from ``--tuning-log FILE`` and from ``tuning_logs/<board>/*.jsonl`` shipped
-with the product. A record applies to a kernel when board name and kernel key match and
+Logs come from ``--tuning-log FILE``, from ``tuning_logs/<board>/*.jsonl`` shipped with
+the product and from the user's ``~/.local/share/packager/tuning_logs/<board>/*.jsonl``
+(packager/resources.py). A record applies to a kernel when board name and kernel key match and
 its knobs still form a setting of the template's current space (a template that changed
 since the log was written falls back to defaults, and says so).
 """
@@ -10,15 +11,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import resources
 from .log import cost, read_records
 from .space import space_of
 from .tasks import Task, template_of
 
-SHIPPED = Path(__file__).resolve().parents[2] / "tuning_logs"
-
 
 def log_files(board_name: str, extra=()) -> list[Path]:
-    return sorted((SHIPPED / board_name).glob("*.jsonl")) + [Path(p) for p in extra]
+    """The shipped logs of the board, the user's, those in ``packager tune``'s default place
+    and ``extra``; a file found twice is read once."""
+    homes = (
+        resources.shipped_tuning_logs(),
+        resources.user_tuning_logs(),
+        resources.tuning_log_home(),
+    )
+    found = [p for home in homes for p in sorted((home / board_name).glob("*.jsonl"))]
+    files = {p.resolve(): p for p in [*found, *(Path(e) for e in extra)]}
+    return list(files.values())
 
 
 class Tuning:

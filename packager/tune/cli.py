@@ -43,7 +43,12 @@ def add_parser(sub) -> None:
         help="stop a task after K trials without improvement",
     )
     t.add_argument("--time-budget", type=float, metavar="MINUTES", help="for the whole run")
-    t.add_argument("--log", metavar="FILE", help="tuning log (tuning_logs/BOARD/MODEL.jsonl)")
+    t.add_argument(
+        "--log",
+        metavar="FILE",
+        help="tuning log (default: MODEL.jsonl in tuning_logs/BOARD/ of a source checkout, "
+        "else in ~/.local/share/packager/tuning_logs/BOARD/; `packager build` reads both)",
+    )
     t.add_argument("--seed", type=int, default=0)
     t.add_argument(
         "--conv-algorithm",

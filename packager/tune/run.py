@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from .. import resources
 from ..boards import Board
 from ..frontend.importer import load_model
 from ..package import prepare_graph
@@ -23,7 +24,9 @@ def model_tasks(model_path: str, board: Board, input_shapes=None, algorithms=Non
 
 
 def default_log_path(model_path: str, board: Board) -> Path:
-    return Path("tuning_logs") / board.name / f"{Path(model_path).stem}.jsonl"
+    """``tuning_logs/BOARD/MODEL.jsonl`` in a source checkout, else in the user's data
+    directory (resources.tuning_log_home); ``packager build`` reads both."""
+    return resources.tuning_log_home() / board.name / f"{Path(model_path).stem}.jsonl"
 
 
 def tune_model(
