@@ -99,7 +99,7 @@ def test_remote_board_defaults(profiles):
     assert not board.is_local
     assert board.connection.host == "rpi.local"
     assert board.connection.port == 22
-    assert board.connection.workdir == "/tmp/packager"
+    assert board.connection.workdir == "~/.cache/packager"
     assert board.connection.key is None
     assert board.connections == (board.connection,)
 
