@@ -38,8 +38,8 @@ _SCRIPT = r"""
 say() { printf '%s\n%s' "$1" "$w"; exit 0; }
 if [ -d "$w" ]; then
   real=$(cd -- "$w" && pwd -P) || say unreadable
-  case "$real" in /*/*) ;; *) say broad ;; esac
   case "$home/" in "$real"/*) say home ;; esac
+  case "$real" in /*/*) ;; *) say broad ;; esac
   [ -O "$w" ] || say foreign
   case $(ls -ldL -- "$w") in ?????w*|????????w*) say shared ;; esac
   [ -f "$w/__MARK__" ] && say ours
