@@ -89,7 +89,7 @@ def _locate(session: Session) -> tuple[str, str]:
         norm = "/" + posixpath.normpath(raw).lstrip("/")
         if norm.count("/") < 2:
             raise _refuse(session, norm, _WHY["broad"])
-        if re.fullmatch(r"/root|/home/[^/]+", norm):
+        if re.fullmatch(r"/root|/home/[^/]+|/Users/[^/]+", norm):
             raise _refuse(session, norm, "is a login directory")
         return f"w={q(norm)}", f"parent={q(posixpath.dirname(norm))}"
     # Relative: under the login directory, as SSH commands and SFTP start there.
@@ -108,6 +108,8 @@ def _check(session: Session, mode: str) -> tuple[str, str]:
     status, _, path = r.stdout.partition("\n")
     if status in _WHY:
         raise _refuse(session, path, _WHY[status])
+    if status not in ("ours", "created", "missing"):
+        raise RemoteError(f"{session.who}: unexpected answer checking the workdir: {r.stdout!r}")
     return status, path
 
 
