@@ -15,6 +15,8 @@ Markdown files (default: docs/boards.md, and README.md if it carries the markers
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -85,6 +87,8 @@ class Field:
     ``min``/``max`` bound an int, or the number of items of a list. ``fields`` are the keys
     of a ``map`` (or of each item of a ``list[map]``) and ``make`` builds the checked mapping
     into an object. ``excludes`` names a sibling key that may not be given alongside.
+    ``pattern`` is a regular expression a string must match whole (``pattern_doc`` says it
+    in words); ``check`` returns what is wrong with a string, or None.
     """
 
     key: str
@@ -98,6 +102,26 @@ class Field:
     fields: tuple[Field, ...] = ()
     make: Callable[..., Any] | None = None
     excludes: str | None = None
+    pattern: str | None = None
+    pattern_doc: str = ""
+    check: Callable[[str], str | None] | None = None
+
+
+# A board's name reaches file names, CMake and remote shells: plain characters only.
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+DEFAULT_WORKDIR = "~/.cache/packager"
+
+
+def _wrapper_problem(text: str) -> str | None:
+    """Why an exec_wrapper cannot prefix a remote command: it must split into words (as
+    remote commands quote each word again) and not begin with an option."""
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        return f"{text!r} is not valid shell words ({e})"
+    if words and words[0].startswith("-"):
+        return f"{text!r} begins with an option ({words[0]!r}), not a command"
+    return None
 
 
 _SCALARS: dict[str, tuple[str, str, Callable[[Any], bool]]] = {
@@ -117,13 +141,17 @@ CONNECTION_FIELDS: tuple[Field, ...] = (
     Field(
         "workdir",
         "str",
-        "Directory on the board where bundles are copied and run.",
-        default="/tmp/packager",
+        "Directory on the board where bundles are copied and run, absolute or `~/...` "
+        "(the login directory). The packager creates it with mode 0700 and marks it "
+        "(`.packager-workdir`); it refuses a directory it did not create that is not empty.",
+        default=DEFAULT_WORKDIR,
     ),
     Field(
         "exec_wrapper",
         "str",
-        "Command prefix for everything run on the board, e.g. `taskset -c 4-7`.",
+        "Command prefix for everything run on the board, e.g. `taskset -c 4-7` "
+        "(shell words; it may not begin with an option).",
+        check=_wrapper_problem,
     ),
     Field(
         "trust_on_first_use",
@@ -147,7 +175,14 @@ TOOLCHAIN_FIELDS: tuple[Field, ...] = (
 )
 
 SCHEMA: tuple[Field, ...] = (
-    Field("name", "str", "Profile name; must equal the file name without `.yaml`.", required=True),
+    Field(
+        "name",
+        "str",
+        "Profile name; must equal the file name without `.yaml`.",
+        required=True,
+        pattern=NAME_PATTERN,
+        pattern_doc="letters, digits, `.`, `_`, `-`; first a letter or digit",
+    ),
     Field("description", "str", "One line saying what the board is.", required=True),
     Field(
         "arch",
@@ -376,6 +411,11 @@ def _check_item(f: Field, type_: str, value: Any, at: str, shown: str) -> Any:
     if f.allowed and value not in f.allowed:
         choices = ", ".join(str(a) for a in f.allowed)
         raise _error(shown, at, f"{value!r} is not one of {choices}")
+    if f.pattern and not re.fullmatch(f.pattern, value):
+        raise _error(shown, at, f"{value!r} is not allowed: use {f.pattern_doc}")
+    problem = f.check(value) if f.check else None
+    if problem:
+        raise _error(shown, at, problem)
     if type_ == "int" and f.min is not None and value < f.min:
         raise _error(shown, at, f"{value} is less than the minimum {f.min}")
     if type_ == "int" and f.max is not None and value > f.max:
@@ -443,6 +483,8 @@ def _format_default(f: Field) -> str:
 def _format_allowed(f: Field) -> str:
     if f.allowed:
         return ", ".join(f"`{a}`" for a in f.allowed)
+    if f.pattern_doc:
+        return f.pattern_doc
     if f.type.startswith("list[") and f.min is not None:
         return f"at least {f.min} item" + ("s" if f.min > 1 else "")
     if f.min is not None and f.max is not None:

@@ -77,11 +77,12 @@ def cmd_bench(args) -> int:
 def cmd_clean(args) -> int:
     target = open_target(args, args.board)
     try:
-        for line in target.clean():
-            print(line)
+        lines, ok = target.clean()
     finally:
         target.close()
-    return 0
+    for line in lines:
+        print(line)
+    return 0 if ok else 2
 
 
 def ping(args) -> int:
@@ -155,8 +156,11 @@ def add_parsers(sub) -> None:
 
     c = sub.add_parser(
         "clean",
-        help="remove the work directory on a board's devices",
-        description="Remove connection.workdir on every device of BOARD.",
+        help="remove what the packager deployed on a board's devices",
+        description="On every device of BOARD, remove the bundles, partial deploys and run "
+        "directories the packager made in connection.workdir, then the workdir itself if "
+        "nothing else is in it. Only a workdir the packager created (marked "
+        ".packager-workdir) is touched; anything else is refused (exit 2).",
     )
     c.add_argument("--board", required=True)
     add_connection_options(c)

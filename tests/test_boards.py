@@ -1,3 +1,4 @@
+import json
 import re
 from pathlib import Path
 
@@ -127,7 +128,7 @@ def test_remote_board_defaults(profiles):
     assert not board.is_local
     assert board.connection.host == "rpi.local"
     assert board.connection.port == 22
-    assert board.connection.workdir == "/tmp/packager"
+    assert board.connection.workdir == "~/.cache/packager"
     assert board.connection.key is None
     assert board.connections == (board.connection,)
 
@@ -247,6 +248,32 @@ def test_name_must_match_stem(profiles):
     path = write(profiles, "x", VALID.format(name="other"))
     assert error_of(path) == (
         "board_profiles/x.yaml: name: 'other' does not match the file name (expected 'x')"
+    )
+
+
+@pytest.mark.parametrize("name", ["a b", "-x", ".x", "x;y", "x$(id)", "é"])
+def test_board_name_from_a_safe_set(profiles, name):
+    """A board's name reaches CMake and remote shells: plain characters only."""
+    path = write(profiles, name, VALID.format(name=f'"{name}"'))
+    assert error_of(path) == (
+        f"board_profiles/{name}.yaml: name: {name!r} is not allowed: use letters, digits, "
+        f"`.`, `_`, `-`; first a letter or digit"
+    )
+
+
+@pytest.mark.parametrize(
+    "wrapper, problem",
+    [
+        ("taskset -c '4,5", "is not valid shell words (No closing quotation)"),
+        ('env "A=b', "is not valid shell words (No closing quotation)"),
+        ("-c 4", "begins with an option ('-c'), not a command"),
+    ],
+)
+def test_exec_wrapper_must_split(profiles, wrapper, problem):
+    conn = "connections:\n  - host: a\n  - host: b\n    exec_wrapper: {w}\n"
+    text = VALID.format(name="x") + conn.format(w=json.dumps(wrapper))
+    assert error_of(write(profiles, "x", text)) == (
+        f"board_profiles/x.yaml: connections[1].exec_wrapper: {wrapper!r} {problem}"
     )
 
 

@@ -1,7 +1,9 @@
 """What the packager does on one remote device: deploy a bundle, run it on inputs, measure
 it, clean up, check the device. The remote counterpart of packager/runner.py.
 
-Remote layout, under the connection's workdir:
+Remote layout, under the connection's workdir (packager/remote/workdir.py: created with
+mode 0700 and marked; the packager writes and deletes nowhere else):
+  .packager-workdir  the mark: this directory is the packager's
   NAME/            the deployed bundle (NAME: the bundle directory's name), with
     build/run_bundle   cross-compiled on the host and uploaded, or built here
     .packager-complete the marker: the hash of the whole file set, written last
@@ -22,7 +24,7 @@ from pathlib import Path
 from ..boards import Board
 from ..names import safe_name
 from ..runner import load_manifest
-from . import transfer
+from . import transfer, workdir
 from .errors import RemoteError
 from .shell import command, q, rpath
 from .ssh import Result, Session
@@ -35,6 +37,7 @@ class Prepared:
     """A bundle ready to send: its files by remote relative path, and how it gets built."""
 
     bundle: Path
+    name: str  # the bundle's directory name on the device
     files: dict[str, Path]
     build_on_device: bool
     digests: dict[str, str]
@@ -46,6 +49,7 @@ def prepare(bundle: Path, board: Board, log=None) -> Prepared:
     from ..runner import build
 
     bundle = Path(bundle)
+    name = remote_name(bundle)
     manifest = load_manifest(bundle)
     rels = sorted(set(manifest.get("files", {})) | {"manifest.json"})
     files = {rel: bundle / rel for rel in rels}
@@ -56,18 +60,19 @@ def prepare(bundle: Path, board: Board, log=None) -> Prepared:
     if not on_device:
         files[EXE] = build(bundle, board, log)
     digests = {rel: transfer.sha256_file(p) for rel, p in files.items()}
-    return Prepared(bundle, files, on_device, digests)
+    return Prepared(bundle, name, files, on_device, digests)
 
 
-def workdir(session: Session) -> str:
-    """The workdir as remote commands and SFTP both understand it: absolute, or relative to
-    the login directory (``~/x`` is ``x``: quoting would keep the tilde literal)."""
-    w = session.conn.workdir
-    return (w[2:] or ".") if w.startswith("~/") else w
-
-
-def bundle_dir(session: Session, bundle: Path) -> str:
-    return rpath(workdir(session), bundle.name)
+def remote_name(bundle: Path) -> str:
+    """The name of the bundle's directory on the device: the last component of its
+    resolved path (``.`` is the current directory's name), from a safe character set."""
+    name = Path(bundle).resolve().name
+    if not workdir.BUNDLE_NAME.fullmatch(name):
+        raise RemoteError(
+            f"{bundle}: the bundle directory's name {name!r} cannot name a directory on the "
+            f"board: use letters, digits, '.', '_' and '-', not starting with '.'"
+        )
+    return name
 
 
 @dataclass
@@ -88,7 +93,8 @@ def deploy(
     progress: Callable[[str], None] | None = None,
 ) -> DeployReport:
     t0 = time.monotonic()
-    final = bundle_dir(session, prepared.bundle)
+    final = rpath(workdir.prepare(session), prepared.name)
+    _refuse_foreign_bundle(session, final)
     build = None
     if prepared.build_on_device:
         build = lambda staging: _build_on_device(session, staging)
@@ -111,6 +117,17 @@ def deploy(
     )
 
 
+def _refuse_foreign_bundle(session: Session, final: str) -> None:
+    """A directory in the workdir that has the bundle's name but no completion marker was
+    not put there by a deploy (which moves a bundle into place marked): leave it alone."""
+    r = session.sh(f"[ ! -e {q(final)} ] || [ -f {q(rpath(final, transfer.MARKER))} ]", check=False)
+    if r.returncode != 0:
+        raise RemoteError(
+            f"{session.who}: {final} exists and is not a bundle the packager deployed (no "
+            f"{transfer.MARKER}); move it away or rename the bundle"
+        )
+
+
 def _build_on_device(session: Session, staging: str) -> None:
     script = (
         f"cd -- {q(staging)} && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "
@@ -128,7 +145,7 @@ def _build_on_device(session: Session, staging: str) -> None:
 def ensure_deployed(session: Session, board: Board, prepared: Prepared, log=None) -> str:
     """The bundle's directory on the device, deploying it first (no selftest) unless the
     device already holds exactly these files."""
-    final = bundle_dir(session, prepared.bundle)
+    final = rpath(workdir.prepare(session), prepared.name)
     if not transfer.is_current(session, final, prepared.digests):
         if log:
             log(f"{session.who}: bundle not deployed (or out of date): deploying it")
@@ -158,7 +175,7 @@ def run(
     """Upload ``inputs`` (name -> local .npy), run, fetch the outputs into ``output_dir``
     as <safe name>.npy (only when the run succeeds). The run's directory is removed."""
     final = ensure_deployed(session, board, prepared, log)
-    run_dir = rpath(workdir(session), ".runs", uuid.uuid4().hex)
+    run_dir = rpath(posixpath.dirname(final), workdir.RUNS, uuid.uuid4().hex)
     try:
         args = _upload_inputs(session, run_dir, inputs)
         args += ["--output-dir", rpath(run_dir, "out")]
@@ -205,17 +222,8 @@ def bench(session, board, prepared, repeat: int, timeout_s=None, log=None) -> di
 
 
 def clean(session: Session) -> str:
-    """Remove the workdir; refuses the login directory, / and top-level directories."""
-    w = workdir(session)
-    norm = posixpath.normpath(w)
-    top_level = norm.startswith("/") and norm.count("/") < 2
-    if norm in (".", "..") or norm.startswith("../") or top_level:
-        raise RemoteError(
-            f"{session.who}: connection.workdir {w!r} is too broad to delete; "
-            f"use a directory of its own such as /tmp/packager"
-        )
-    session.sh(f"rm -rf -- {q(w)}")
-    return w
+    """Remove what the packager wrote in the workdir (see packager/remote/workdir.py)."""
+    return workdir.clean(session)
 
 
 def ping(session: Session) -> dict:

@@ -62,8 +62,8 @@ class LocalTarget:
     def ping(self) -> list[dict]:
         return [{"device": "local", "reachable": True, "arch": platform.machine()}]
 
-    def clean(self) -> list[str]:
-        return ["local board: nothing to clean (bundles build in place)"]
+    def clean(self) -> tuple[list[str], bool]:
+        return ["local board: nothing to clean (bundles build in place)"], True
 
 
 class RemoteTarget:
@@ -124,14 +124,17 @@ class RemoteTarget:
         with _threads(len(self.sessions)) as ex:
             return list(ex.map(one, self.sessions))
 
-    def clean(self) -> list[str]:
+    def clean(self) -> tuple[list[str], bool]:
+        """A line per device, and whether every device was cleaned (a refused workdir or
+        an unreachable device is not)."""
         report = pool.each_device(self.sessions, device_ops.clean, self.log)
         self._require_some(report)
         lines = [
-            f"{o.device}: removed {o.result}" if not o.error else f"{o.device}: {o.error}"
+            f"{o.device}: {o.result}" if not o.error else f"{o.device}: error: {o.error}"
             for o in report.outcomes
         ]
-        return lines + [f"{d}: unreachable: {why}" for d, why in sorted(report.down.items())]
+        down = [f"{d}: unreachable: {why}" for d, why in sorted(report.down.items())]
+        return lines + down, not down and not any(o.error for o in report.outcomes)
 
     # --- helpers -------------------------------------------------------------------------
 

@@ -54,8 +54,9 @@ def nasty_bundle(board, tmp_path_factory):
     d = tmp_path_factory.mktemp("nasty")
     canary = d / "canary"
     onnx.save(nasty_model(canary), d / "m.onnx")
-    # Spaces and quotes; not $(...): make itself cannot build under such a path.
-    out = package(str(d / "m.onnx"), load_board(board), str(d / "bundle 'b' q"))
+    # Spaces and quotes in the local path (not $(...): make itself cannot build under such
+    # a path); the name, which is the bundle's directory on the board, begins with '-'.
+    out = package(str(d / "m.onnx"), load_board(board), str(d / "in 'b' q" / "-bundle"))
     return out, canary
 
 
