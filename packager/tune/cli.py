@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..errors import PackagerError
 from ..graph.conv_algorithms import ALGORITHMS
+from ..safe_paths import check_log_file
 from .search import PROPOSERS
 
 
@@ -43,7 +44,12 @@ def add_parser(sub) -> None:
         help="stop a task after K trials without improvement",
     )
     t.add_argument("--time-budget", type=float, metavar="MINUTES", help="for the whole run")
-    t.add_argument("--log", metavar="FILE", help="tuning log (tuning_logs/BOARD/MODEL.jsonl)")
+    t.add_argument(
+        "--log",
+        metavar="FILE",
+        help="tuning log to append to (tuning_logs/BOARD/MODEL.jsonl); never truncated, "
+        "and refused if it is a directory or a file that is not a tuning log",
+    )
     t.add_argument("--seed", type=int, default=0)
     t.add_argument(
         "--conv-algorithm",
@@ -66,6 +72,7 @@ def cmd_tune(args) -> int:
         raise PackagerError("--trials must be at least 1")
     board = load_board(args.board)
     log_path = Path(args.log) if args.log else default_log_path(args.model, board)
+    check_log_file(log_path, "--log" if args.log else "tuning log")  # before any work
     opts = Options(trials=args.trials, tuner=args.tuner, early_stopping=args.early_stopping)
     opts.seed = args.seed
     opts.max_errors = args.max_errors
