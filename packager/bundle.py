@@ -19,12 +19,14 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__, resources
+from .errors import PackagerError
 from .graph.ir import Graph, np_dtype
 from .graph.memory import MemoryPlan
 from .graph.plan_report import plan_stats
 from .lowering import Kernel
 from .names import safe_name
 from .params_file import write_params
+from .safe_paths import check_bundle_output, remove_quietly, signals_held
 
 C_RUNTIME = resources.c_runtime()
 RUNTIME_PARTS = ("include", "src", "tools", "CMakeLists.txt")
@@ -175,25 +177,35 @@ def write_bundle_files(
     _write_json(root / "manifest.json", manifest)
 
 
-def write_bundle(out_dir: str | os.PathLike, write: Callable[[Path], None]) -> Path:
+def write_bundle(
+    out_dir: str | os.PathLike, write: Callable[[Path], None], protect: tuple[str, ...] = ()
+) -> Path:
     """Run ``write(tmp)`` into a fresh directory beside ``out_dir``, then move it into place.
 
-    On any error the temporary directory is removed and ``out_dir`` is left as it was.
+    ``out_dir`` must pass safe_paths.check_bundle_output (missing, empty, or a bundle;
+    ``protect``: the model, which it must not hold). On any error or interrupt the
+    temporaries are removed and ``out_dir`` is left as it was.
     """
-    out = Path(out_dir).resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    out = check_bundle_output(out_dir, protect)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PackagerError(f"-o {out_dir}: cannot create its directory: {e}") from e
+    with signals_held():  # the temporary directory exists only inside the try below
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         write(tmp)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            os.replace(out, old / "b")
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        check_bundle_output(out_dir, protect)  # again: OUT may have changed meanwhile
+        with signals_held():  # no interrupt between the two renames: OUT never missing
+            if out.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+                os.replace(out, old / "b")
+                os.replace(tmp, out)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, out)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_quietly(tmp)
         raise
     return out
 

@@ -1,6 +1,7 @@
 """The `packager` command: a thin shell over the library.
 
-Exit codes: 0 ok; 2 bad input (the message names the file, node or field); 1 internal error.
+Exit codes: 0 ok; 2 bad input (the message names the file, node or field); 1 internal error
+(or run_bundle crashed); 130 interrupted by SIGINT (Ctrl-C), 143 by SIGTERM.
 """
 
 from __future__ import annotations
@@ -8,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from .cli_remote import add_connection_options
 from .cli_remote import add_parsers as add_board_parsers
 from .errors import PackagerError
 from .graph.conv_algorithms import ALGORITHMS
+from .safe_paths import check_bundle_output, check_png_file, write_bytes_atomic
 from .tune.cli import add_parser as add_tune_parser
 
 EPILOG = """examples:
@@ -64,6 +68,7 @@ def cmd_build(args) -> int:
     from .boards import load_board
     from .package import package
 
+    check_bundle_output(args.output, (args.model,))
     board = load_board(args.board)
     out = package(
         args.model,
@@ -113,12 +118,14 @@ def inspect_plan(args) -> int:
     from .graph import plan_report
     from .package import compile_model
 
+    if args.plan_png:
+        check_png_file(args.plan_png)
     board = load_board(args.board)
     c = compile_model(load_model(args.model), board, _shapes(args), args.model)
     if args.plan:
         print(plan_report.render(c.graph, c.plan, c.funcs, len(c.kernels)))
     if args.plan_png:
-        Path(args.plan_png).write_bytes(plan_report.plan_png(c.graph, c.plan))
+        write_bytes_atomic(Path(args.plan_png), plan_report.plan_png(c.graph, c.plan))
         print(f"wrote {args.plan_png}")
     return 0
 
@@ -162,9 +169,13 @@ def make_parser() -> argparse.ArgumentParser:
     b = sub.add_parser(
         "build",
         help="package a model for a board",
-        description="Package MODEL for BOARD into the bundle directory OUT. The "
-        "bundle is written to a temporary directory and renamed to OUT at the "
-        "end: on any error OUT is left untouched.",
+        description="Package MODEL for BOARD into the bundle directory OUT. OUT must "
+        "not exist (it is created, parents too), be an empty directory, or be a bundle "
+        "this packager wrote, which is replaced; anything else (a file, a symbolic link, "
+        "a non-empty directory that is not a bundle, /, your home, the current directory, "
+        "a directory holding MODEL) is refused with exit 2 and left as it is. The bundle "
+        "is written to a temporary directory and renamed to OUT at the end: on any error "
+        "or interrupt OUT is left untouched.",
     )
     b.add_argument("model", metavar="MODEL.onnx")
     b.add_argument(
@@ -200,14 +211,28 @@ def make_parser() -> argparse.ArgumentParser:
     r = sub.add_parser(
         "run",
         help="build (if needed) and run a bundle on a board",
-        description="Build the bundle with CMake if it is not built, run it on "
-        "the board and write each output as DIR/<name>.npy (characters outside "
-        "[A-Za-z0-9._-] in the name replaced by '_').",
+        description="Check every bundle file against manifest.json's sha256, build the "
+        "bundle with CMake if it is not built (or its sources, compiler or flags changed), "
+        "run it on the board and write each output as DIR/<name>.npy (characters outside "
+        "[A-Za-z0-9._-] in the name replaced by '_'). Exit 1 if run_bundle fails or "
+        "crashes (the signal is named).",
     )
     r.add_argument("bundle", metavar="OUT", help="bundle directory made by `packager build`")
     r.add_argument("--board", required=True)
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="repeatable")
-    r.add_argument("--output-dir", required=True, metavar="DIR")
+    r.add_argument(
+        "--output-dir",
+        required=True,
+        metavar="DIR",
+        help="created if missing; only the outputs' .npy files are written (each whole, "
+        "through a temporary name), nothing else in DIR is touched",
+    )
+    r.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip checking every bundle file against the sha256 in manifest.json (for a "
+        "generated kernel edited on purpose)",
+    )
     r.add_argument(
         "--repeat",
         type=int,
@@ -257,16 +282,30 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, unwinding like Ctrl-C through every cleanup on the way out."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main_thread else None
     try:
         return args.fn(args)
     except PackagerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("interrupted", file=sys.stderr)
-        return 130
+        return 128 + getattr(e, "signum", signal.SIGINT)
     except Exception as e:  # a bug of ours: say so, keep the traceback at hand
         if os.environ.get("PACKAGER_DEBUG"):
             traceback.print_exc()
@@ -275,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, old)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -32,16 +33,40 @@ def open_target(args, board_name: str):
 
 def cmd_run(args) -> int:
     from .cli import parse_input
+    from .safe_paths import check_output_dir
 
     inputs = dict(parse_input(s) for s in args.input or [])
+    check_output_dir(args.output_dir)
     target = open_target(args, args.board)
     try:
-        r = target.run(Path(args.bundle), inputs, args.output_dir, args.repeat, args.timeout)
+        r = target.run(
+            Path(args.bundle),
+            inputs,
+            args.output_dir,
+            args.repeat,
+            args.timeout,
+            verify=not args.no_verify,
+        )
     finally:
         target.close()
     sys.stdout.write(r.stdout)
     sys.stderr.write(r.stderr)
+    killer = killed_by(r.returncode)
+    if killer:
+        print(f"error: run_bundle was killed by {killer}", file=sys.stderr)
+        return 1  # a runtime failure, as any other of run_bundle's
     return r.returncode
+
+
+def killed_by(returncode: int) -> str | None:
+    """The signal that ended run_bundle: targets report it as a shell does, 128+N
+    (run_bundle's own exit codes are small)."""
+    if returncode <= 128:
+        return None
+    try:
+        return signal.Signals(returncode - 128).name
+    except ValueError:
+        return None
 
 
 def cmd_deploy(args) -> int:

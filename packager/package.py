@@ -20,6 +20,7 @@ from .graph.memory import MemoryPlan, plan_memory
 from .graph.pipeline import PassContext, optimize
 from .lowering import Kernel, lower_graph
 from .reference import random_input, run_reference
+from .safe_paths import check_bundle_output
 from .toolchain import FILE_NAME, toolchain_file, wants_toolchain_file
 
 
@@ -121,6 +122,7 @@ def package(
     from .tune.apply import Tuning, log_files
 
     say = log or (lambda msg: None)
+    check_bundle_output(out_dir, (model_path,))  # refuse at once, before minutes of work
     t0 = time.perf_counter()
     model = load_model(model_path)
     tuning = Tuning(board, log_files(board.name, tuning_logs))
@@ -138,7 +140,9 @@ def package(
     }
     extra = {FILE_NAME: toolchain_file(board)} if wants_toolchain_file(board) else {}
     out = write_bundle(
-        out_dir, lambda tmp: write_bundle_files(tmp, compiled, manifest, tests, extra)
+        out_dir,
+        lambda tmp: write_bundle_files(tmp, compiled, manifest, tests, extra),
+        (model_path,),
     )
     say(f"wrote {out} ({time.perf_counter() - t0:.1f}s)")
     return out

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from .boards import Board
+from .bundle import sha256_file
 from .errors import PackagerError
 from .names import safe_name
+from .safe_paths import BUNDLE_FORMAT, remove_quietly, signals_held, write_bytes_atomic
+
+BUILD_DIR = "build"
 
 
 def cmake_bin() -> str:
@@ -30,31 +38,157 @@ def cmake_bin() -> str:
     return found
 
 
-def load_manifest(bundle: Path) -> dict:
-    import json
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
-    path = bundle / "manifest.json"
+
+def load_manifest(bundle: Path) -> dict:
+    """manifest.json, checked field by field: everything later steps read from it has
+    the right type, and every path in ``files`` stays inside the bundle."""
+    path = Path(bundle) / "manifest.json"
     if not path.is_file():
         raise PackagerError(f"{bundle}: not a bundle (no manifest.json)")
     try:
-        return json.loads(path.read_text())
-    except ValueError as e:
+        doc = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
         raise PackagerError(f"{path}: not valid JSON: {e}") from e
+    for field, problem in _manifest_problems(doc):
+        raise PackagerError(f"{path}: {field}: {problem}; package the model again")
+    for rel in doc["files"]:
+        _check_file_key(Path(bundle), path, rel)
+    return doc
 
 
-def build(bundle: Path, board: Board, log=None) -> Path:
-    """Configure and build the bundle in ``bundle/build`` (once); returns run_bundle's path."""
+def _manifest_problems(doc) -> Iterator[tuple[str, str]]:
+    """(field, what is wrong) for each problem, the first one first."""
+    if not isinstance(doc, dict):
+        yield "the document", "expected a JSON object"
+        return
+    if doc.get("format") != BUNDLE_FORMAT:
+        yield "format", f"expected {BUNDLE_FORMAT!r}, got {doc.get('format')!r}"
+    board = doc.get("board")
+    if not isinstance(board, dict) or not all(
+        isinstance(board.get(k), str) for k in ("name", "arch")
+    ):
+        yield "board", "expected an object with string fields name and arch"
+    for kind in ("inputs", "outputs"):
+        values = doc.get(kind)
+        if not isinstance(values, list):
+            yield kind, "missing or not a list"
+            continue
+        for k, v in enumerate(values):
+            why = _io_problem(v)
+            if why:
+                yield f"{kind}[{k}]", why
+    files = doc.get("files")
+    if not isinstance(files, dict):
+        yield "files", "missing or not an object (path -> sha256)"
+        return
+    for rel, digest in files.items():
+        if not isinstance(digest, str) or not SHA256_HEX.fullmatch(digest):
+            yield f"files[{rel!r}]", "expected a sha256 (64 lowercase hex digits)"
+
+
+def _io_problem(v) -> str | None:
+    if not isinstance(v, dict):
+        return "expected an object with name, shape and dtype"
+    if not isinstance(v.get("name"), str) or not v["name"]:
+        return "name: expected a non-empty string"
+    shape = v.get("shape")
+    if not isinstance(shape, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        return "shape: expected a list of non-negative integers"
+    if not isinstance(v.get("dtype"), str):
+        return "dtype: expected a string"
+    return None
+
+
+def _check_file_key(bundle: Path, manifest: Path, rel: str) -> None:
+    """A relative path of plain parts, through no symbolic link, inside the bundle."""
+    parts = rel.split("/")
+    bad = not rel or "\\" in rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts)
+    if bad:
+        raise PackagerError(
+            f"{manifest}: files: {rel!r} is not a plain relative path inside the bundle "
+            f"(absolute, '..', '.', empty part or backslash); package the model again"
+        )
+    for k in range(1, len(parts) + 1):
+        if (bundle / Path(*parts[:k])).is_symlink():
+            raise PackagerError(
+                f"{manifest}: files: {rel!r} goes through a symbolic link "
+                f"({'/'.join(parts[:k])}); a bundle holds its own files"
+            )
+    root = bundle.resolve()
+    if root not in (root / rel).resolve().parents:
+        raise PackagerError(f"{manifest}: files: {rel!r} resolves outside the bundle")
+
+
+def file_digests(bundle: Path) -> dict[str, str]:
+    """sha256 of every file of the bundle as it is on disk now (build/ aside)."""
     bundle = Path(bundle)
-    build_dir = bundle / "build"
+    out = {}
+    for top, dirs, names in os.walk(bundle):
+        if Path(top) == bundle and BUILD_DIR in dirs:
+            dirs.remove(BUILD_DIR)
+        dirs.sort()
+        for name in sorted(names):
+            p = Path(top) / name
+            if p.is_file():
+                out[p.relative_to(bundle).as_posix()] = sha256_file(p)
+    return out
+
+
+def verify_files(bundle: Path, manifest: dict, digests: dict[str, str]) -> None:
+    """Every file the manifest lists, present and unchanged since packaging."""
+    for rel, want in sorted(manifest["files"].items()):
+        got = digests.get(rel)
+        if got is None:
+            raise PackagerError(
+                f"{bundle / rel}: missing: the bundle is incomplete; package it again"
+            )
+        if got != want:
+            raise PackagerError(
+                f"{bundle / rel}: sha256 mismatch: the bundle was changed after packaging; "
+                f"package it again, or run with --no-verify"
+            )
+
+
+def build_key(bundle: Path, board: Board, digests: dict[str, str]) -> str:
+    """What a build depends on: every source as on disk now (any file of the bundle),
+    the CMake configure arguments (compiler, flags, toolchain file) and the compiler
+    binary itself. Any change gives another key and a rebuild."""
+    cc = shutil.which(board.toolchain.cc)
+    st = os.stat(cc) if cc else None
+    doc = {
+        "files": digests,
+        "configure": compiler_args(bundle, board),
+        "compiler": [os.path.realpath(cc), st.st_size, st.st_mtime_ns] if st else None,
+        "cmake": cmake_bin(),
+    }
+    return json.dumps(doc, sort_keys=True, indent=0) + "\n"
+
+
+def build(bundle: Path, board: Board, log=None, digests: dict[str, str] | None = None) -> Path:
+    """Configure and build the bundle in ``bundle/build`` unless the stamp there says it
+    was built from exactly these sources and settings; returns run_bundle's path.
+
+    ``digests``: file_digests(bundle), when the caller has them already. The stamp is
+    written (atomically) only after a successful build, and removed first: a build
+    stopped half-way is never taken for a finished one."""
+    bundle = Path(bundle)
+    build_dir = bundle / BUILD_DIR
     exe = build_dir / "run_bundle"
     stamp = build_dir / ".built-from"
-    key = (bundle / "manifest.json").read_bytes()
-    if exe.exists() and stamp.exists() and stamp.read_bytes() == key:
+    key = build_key(bundle, board, digests if digests is not None else file_digests(bundle))
+    if exe.exists() and stamp.is_file() and stamp.read_text() == key:
         return exe
     if log:
         log(f"building {bundle} with CMake")
     check_compiler(board)
     # Another bundle's (or board's) cache would keep its compiler: start clean.
+    if build_dir.is_symlink() or build_dir.is_file():
+        raise PackagerError(f"{build_dir}: not a directory; remove it and run again")
+    stamp.unlink(missing_ok=True)
     shutil.rmtree(build_dir, ignore_errors=True)
     configure = [
         cmake_bin(),
@@ -71,7 +205,7 @@ def build(bundle: Path, board: Board, log=None) -> Path:
         if r.returncode != 0:
             tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-30:])
             raise PackagerError(f"{bundle}: build failed ({shlex.join(cmd[:2])} ...):\n{tail}")
-    stamp.write_bytes(key)
+    write_bytes_atomic(stamp, key.encode())
     return exe
 
 
@@ -138,18 +272,41 @@ def run_local(
     output_dir: str,
     repeat: int = 0,
     log=None,
+    digests: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run the bundle on this machine; outputs go to ``output_dir/<safe name>.npy``."""
+    """Run the bundle on this machine; outputs go to ``output_dir/<safe name>.npy``.
+
+    run_bundle writes into a fresh directory inside ``output_dir``; only when it
+    succeeds is each output renamed into place, so ``output_dir`` never holds a partial
+    .npy and keeps everything else it held."""
     bundle = Path(bundle)
-    check_inputs(load_manifest(bundle), inputs)
-    exe = build(bundle, board, log)
-    cmd = [str(exe), str(bundle)]
-    for name, path in inputs.items():
-        cmd += ["--input", f"{name}={os.path.abspath(path)}"]
-    cmd += ["--output-dir", str(output_dir)]
-    if repeat:
-        cmd += ["--repeat", str(repeat)]
-    return subprocess.run(cmd, capture_output=True, text=True)
+    manifest = load_manifest(bundle)
+    check_inputs(manifest, inputs)
+    exe = build(bundle, board, log, digests)
+    out = Path(output_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PackagerError(f"--output-dir {output_dir}: cannot create it: {e}") from e
+    with signals_held():  # the temporary directory exists only inside the try below
+        work = Path(tempfile.mkdtemp(prefix=".packager-run-", dir=out))
+    try:
+        cmd = [str(exe), str(bundle)]
+        for name, path in inputs.items():
+            cmd += ["--input", f"{name}={os.path.abspath(path)}"]
+        cmd += ["--output-dir", str(work)]
+        if repeat:
+            cmd += ["--repeat", str(repeat)]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode == 0:
+            with signals_held():
+                for src, dest in zip(
+                    output_files(manifest, str(work)), output_files(manifest, str(out)), strict=True
+                ):
+                    os.replace(src, dest)
+        return r
+    finally:
+        remove_quietly(work)
 
 
 def selftest_local(bundle: Path, board: Board, log=None) -> subprocess.CompletedProcess:

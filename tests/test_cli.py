@@ -119,14 +119,15 @@ def one_node_model(op_type, domain="", dims=(1, 4), extra_nodes=()):
 
 
 def assert_refused(cli, tmp_path, args, *fragments):
-    out = tmp_path / "out"
+    out = tmp_path / "out"  # an earlier bundle, which a failed build must leave as it is
     out.mkdir(exist_ok=True)
+    (out / "manifest.json").write_text('{"format": "packager-bundle"}')
     (out / "keep.txt").write_text("untouched")
     code, _, err = cli(*args, "-o", out) if args[0] == "build" else cli(*args)
     assert code == 2, err
     for f in fragments:
         assert f in err, (f, err)
-    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt", "manifest.json"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.tmp")]
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from ..boards import Board
 from ..names import safe_name
 from ..runner import load_manifest
+from ..safe_paths import temp_file_beside
 from . import transfer, workdir
 from .errors import RemoteError
 from .shell import command, q, rpath
@@ -204,7 +205,8 @@ def _upload_inputs(session: Session, run_dir: str, inputs: dict[str, str]) -> li
 def _fetch_outputs(session: Session, bundle: Path, remote_out: str, output_dir: Path) -> None:
     for o in load_manifest(bundle)["outputs"]:
         name = f"{safe_name(o['name'])}.npy"
-        transfer.fetch(session, rpath(remote_out, name), output_dir / name)
+        with temp_file_beside(output_dir / name) as tmp:  # a whole file or none
+            transfer.fetch(session, rpath(remote_out, name), tmp)
 
 
 def bench(session, board, prepared, repeat: int, timeout_s=None, log=None) -> dict:

@@ -34,10 +34,16 @@ class LocalTarget:
     def close(self) -> None:
         pass
 
-    def run(self, bundle: Path, inputs, output_dir, repeat=0, timeout_s=None) -> Result:
-        _check_bundle(bundle, self.board, inputs)
-        r = runner.run_local(bundle, self.board, inputs, output_dir, repeat, log=self.log)
-        return Result(r.returncode, r.stdout, r.stderr, 0.0)
+    def run(
+        self, bundle: Path, inputs, output_dir, repeat=0, timeout_s=None, verify=True
+    ) -> Result:
+        digests = _check_bundle(bundle, self.board, inputs, verify)
+        r = runner.run_local(
+            bundle, self.board, inputs, output_dir, repeat, log=self.log, digests=digests
+        )
+        # A signal's death as a remote shell reports it (128+N), so the CLI reads both alike.
+        code = 128 - r.returncode if r.returncode < 0 else r.returncode
+        return Result(code, r.stdout, r.stderr, 0.0)
 
     def deploy(self, bundle: Path) -> tuple[list[DeployLine], list[str]]:
         _check_bundle(bundle, self.board)
@@ -77,8 +83,10 @@ class RemoteTarget:
         for s in self.sessions:
             s.close()
 
-    def run(self, bundle: Path, inputs, output_dir, repeat=0, timeout_s=None) -> Result:
-        _check_bundle(bundle, self.board, inputs)
+    def run(
+        self, bundle: Path, inputs, output_dir, repeat=0, timeout_s=None, verify=True
+    ) -> Result:
+        _check_bundle(bundle, self.board, inputs, verify)
         prepared = device_ops.prepare(bundle, self.board, self.log)
 
         def job(s: Session, _):
@@ -162,11 +170,18 @@ def open_target(board: Board, limits: Limits | None = None, trust_on_first_use=F
     return RemoteTarget(board, limits or Limits(), trust_on_first_use, log)
 
 
-def _check_bundle(bundle: Path, board: Board, inputs=None) -> None:
+def _check_bundle(bundle: Path, board: Board, inputs=None, verify=False):
+    """The bundle's file digests (as on disk now) when ``verify``: checked against its
+    manifest before anything runs."""
     manifest = runner.load_manifest(Path(bundle))
     runner.check_bundle_board(manifest, board)
     if inputs is not None:
         runner.check_inputs(manifest, inputs)
+    if not verify:
+        return None
+    digests = runner.file_digests(Path(bundle))
+    runner.verify_files(Path(bundle), manifest, digests)
+    return digests
 
 
 def _selftest_word(r) -> str:

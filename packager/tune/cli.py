@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..errors import PackagerError
 from ..graph.conv_algorithms import ALGORITHMS
+from ..safe_paths import check_log_file
 from .search import PROPOSERS
 
 
@@ -46,8 +47,10 @@ def add_parser(sub) -> None:
     t.add_argument(
         "--log",
         metavar="FILE",
-        help="tuning log (default: MODEL.jsonl in tuning_logs/BOARD/ of a source checkout, "
-        "else in ~/.local/share/packager/tuning_logs/BOARD/; `packager build` reads both)",
+        help="tuning log to append to (default: MODEL.jsonl in tuning_logs/BOARD/ of a "
+        "source checkout, else in ~/.local/share/packager/tuning_logs/BOARD/; `packager "
+        "build` reads both); never truncated, and refused if it is a directory or a file "
+        "that is not a tuning log",
     )
     t.add_argument("--seed", type=int, default=0)
     t.add_argument(
@@ -71,6 +74,7 @@ def cmd_tune(args) -> int:
         raise PackagerError("--trials must be at least 1")
     board = load_board(args.board)
     log_path = Path(args.log) if args.log else default_log_path(args.model, board)
+    check_log_file(log_path, "--log" if args.log else "tuning log")  # before any work
     opts = Options(trials=args.trials, tuner=args.tuner, early_stopping=args.early_stopping)
     opts.seed = args.seed
     opts.max_errors = args.max_errors

@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..safe_paths import signals_held
+
 VERSION = 1
 ERRORS = ("compile_error", "runtime_error", "timeout", "wrong_answer", "invalid")
 
@@ -53,7 +55,7 @@ class TuningLog:
         line = json.dumps(record, sort_keys=True) + "\n"
         if _ends_mid_line(self.path):
             line = "\n" + line  # a torn last line must not swallow this record
-        with open(self.path, "a") as f:
+        with signals_held(), open(self.path, "a") as f:  # an interrupt waits for the line
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
