@@ -103,7 +103,9 @@ class BatchNormalization(SpecOp):
 class Dropout(SpecOp):
     """Inference: the identity; the mask is all ones, bool from opset 10, else x's type."""
 
-    def _run(self, x, *_inputs, **_):
+    def _run(self, x, *inputs, **_):
+        if len(inputs) > 1 and inputs[1] is not None and bool(inputs[1]):  # training_mode
+            return self.stock().run(x, *inputs)
         mask = np.ones(x.shape, dtype=np.bool_ if self.opset >= 10 else x.dtype)
         return (x, mask)[: max(1, len(self.onnx_node.output))]
 
@@ -173,14 +175,16 @@ def _pool(x, reduce, fill, kernel_shape, strides=None, dilations=None, pads=None
     # Pad far enough that every (ceil-mode) window lies inside the padded array.
     widths = [
         (b, max(e, (o - 1) * s + (k - 1) * d + 1 - n - b))
-        for (b, e, o), s, k, d, n in zip(dims, strides, kernel_shape, dilations, x.shape[2:])
+        for (b, e, o), s, k, d, n in zip(
+            dims, strides, kernel_shape, dilations, x.shape[2:], strict=True
+        )
     ]
     xp = np.pad(x, [(0, 0), (0, 0)] + widths, constant_values=fill)
     windows = []
     for offs in np.ndindex(*kernel_shape):
         idx = tuple(
             slice(o * d, o * d + (out - 1) * s + 1, s)
-            for o, d, s, (_, _, out) in zip(offs, dilations, strides, dims)
+            for o, d, s, (_, _, out) in zip(offs, dilations, strides, dims, strict=True)
         )
         windows.append(xp[(slice(None), slice(None), *idx)])
     return reduce(np.stack(windows, axis=-1), axis=-1).astype(x.dtype)
@@ -204,10 +208,11 @@ class LpPool(SpecOp):
 def _crop_and_pad(x, begins, ends, mode, value):
     """Pad with possibly negative amounts: negative ones crop."""
     crop = tuple(
-        slice(max(0, -b), x.shape[i] - max(0, -e)) for i, (b, e) in enumerate(zip(begins, ends))
+        slice(max(0, -b), x.shape[i] - max(0, -e))
+        for i, (b, e) in enumerate(zip(begins, ends, strict=True))
     )
     x = x[crop]
-    widths = [(max(0, b), max(0, e)) for b, e in zip(begins, ends)]
+    widths = [(max(0, b), max(0, e)) for b, e in zip(begins, ends, strict=True)]
     if mode == "constant":
         return np.pad(x, widths, constant_values=value)
     return np.pad(x, widths, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])
@@ -303,6 +308,81 @@ def _binary(op_type: str):
 LEGACY_BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Greater", "Less")
 
 
+class Split(SpecOp):
+    """Split-1 (sizes from the attribute) as Split-2; later opsets are the evaluator's."""
+
+    def _run(self, x, *inputs, **_):
+        return self.stock(max(self.opset, 2)).run(x, *inputs[: 1 if self.opset >= 13 else 0])
+
+
+def _transpose_pads(n, k, s, d, out_pad, out_shape, pads, auto_pad):
+    """(pad_begin, pad_end) of one spatial dim of a ConvTranspose; with output_shape or
+    SAME_* the total padding follows from the output size."""
+    full = s * (n - 1) + out_pad + (k - 1) * d + 1
+    if out_shape is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out_shape = n * s
+    if out_shape is None:
+        return pads
+    total = full - out_shape
+    small, big = total // 2, total - total // 2
+    return (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+
+
+class ConvTranspose(SpecOp):
+    """Each input pixel scatters its kernel-weighted values into the output, per group
+    (the evaluator fails on groups of more than one input channel)."""
+
+    def _run(self, x, w, b=None, group=1, **a):
+        nd = x.ndim - 2
+        kernel = w.shape[2:]
+        strides = a.get("strides") or [1] * nd
+        dil = a.get("dilations") or [1] * nd
+        out_pad = a.get("output_padding") or [0] * nd
+        pads = a.get("pads") or [0] * (2 * nd)
+        out_shape = a.get("output_shape")
+        out_shape = list(out_shape)[-nd:] if out_shape else [None] * nd
+        auto_pad = a.get("auto_pad") or "NOTSET"
+        dims = [
+            _transpose_pads(
+                x.shape[2 + i],
+                kernel[i],
+                strides[i],
+                dil[i],
+                out_pad[i],
+                out_shape[i],
+                (pads[i], pads[i + nd]),
+                auto_pad,
+            )
+            for i in range(nd)
+        ]
+        full = [
+            s * (n - 1) + op + (k - 1) * d + 1
+            for n, s, op, k, d in zip(x.shape[2:], strides, out_pad, kernel, dil, strict=True)
+        ]
+        cg, mg = x.shape[1] // group, w.shape[1]
+        buf = np.zeros((x.shape[0], mg * group, *full), dtype=np.float64)
+        for g in range(group):
+            xg = x[:, g * cg : (g + 1) * cg].astype(np.float64)
+            for offs in np.ndindex(*kernel):
+                contrib = np.einsum(
+                    "nc...,cm->nm...", xg, w[(slice(g * cg, (g + 1) * cg), slice(None), *offs)]
+                )
+                idx = tuple(
+                    slice(o * d, o * d + (n - 1) * s + 1, s)
+                    for o, d, s, n in zip(offs, dil, strides, x.shape[2:], strict=True)
+                )
+                buf[(slice(None), slice(g * mg, (g + 1) * mg), *idx)] += contrib
+        # Negative padding (an output larger than the scatter) adds zeros at that side.
+        buf = np.pad(buf, [(0, 0), (0, 0)] + [(max(0, -pb), max(0, -pe)) for pb, pe in dims])
+        crop = tuple(
+            slice(max(0, pb), buf.shape[2 + i] - max(0, pe)) for i, (pb, pe) in enumerate(dims)
+        )
+        y = buf[(slice(None), slice(None), *crop)]
+        if b is not None:
+            y = y + b.reshape((-1,) + (1,) * nd)
+        return (y.astype(x.dtype),)
+
+
 class OneHot(SpecOp):
     """Indices of any numeric type, truncated to integers; negative ones count from
     the end; those out of [-depth, depth) give a row of off values."""
@@ -333,5 +413,7 @@ NEW_OPS = [
     Upsample,
     Resize,
     OneHot,
+    Split,
+    ConvTranspose,
     *(_binary(t) for t in LEGACY_BINARY),
 ]
