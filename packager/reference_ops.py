@@ -157,8 +157,8 @@ def _window_pads(n, kernel, strides, dilations, pads, auto_pad, ceil_mode):
 
 
 def _pool(x, reduce, fill, kernel_shape, strides=None, dilations=None, pads=None, **a):
-    """Pooled x: ``reduce(windows, axis=-1)`` over each window's in-input elements
-    (the rest hold ``fill``)."""
+    """Pooled x: ``reduce(windows, axis=-1)``; window elements outside the input hold
+    ``fill``, or ``a["pad_fill"]`` in the explicit (or SAME) padding."""
     nd = x.ndim - 2
     strides = strides or [1] * nd
     dilations = dilations or [1] * nd
@@ -179,7 +179,10 @@ def _pool(x, reduce, fill, kernel_shape, strides=None, dilations=None, pads=None
             dims, strides, kernel_shape, dilations, x.shape[2:], strict=True
         )
     ]
-    xp = np.pad(x, [(0, 0), (0, 0)] + widths, constant_values=fill)
+    pad_fill = a.get("pad_fill", fill)
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(b, e) for b, e, _ in dims], constant_values=pad_fill)
+    extra = [(0, w[1] - d[1]) for w, d in zip(widths, dims, strict=True)]
+    xp = np.pad(xp, [(0, 0), (0, 0)] + extra, constant_values=fill)
     windows = []
     for offs in np.ndindex(*kernel_shape):
         idx = tuple(
@@ -197,6 +200,18 @@ class MaxPool(SpecOp):
         a.pop("storage_order", None)
         fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
         return (_pool(x, np.max, fill, **a),)
+
+
+class AveragePool(SpecOp):
+    """The mean of each window's input elements, and of its padding too with
+    count_include_pad (never of ceil_mode's overflow past the padding). Vectorized: the
+    evaluator's loops over output pixels take most of a big model's reference time."""
+
+    def _run(self, x, count_include_pad=0, **a):
+        total = _pool(x.astype(np.float64), np.sum, 0.0, **a)
+        ones = np.ones((1, 1, *x.shape[2:]))
+        count = _pool(ones, np.sum, 0.0, pad_fill=float(count_include_pad), **a)
+        return ((total / count).astype(x.dtype),)
 
 
 class LpPool(SpecOp):
@@ -407,6 +422,7 @@ NEW_OPS = [
     GlobalLpPool,
     LRN,
     MaxPool,
+    AveragePool,
     LpPool,
     Pad,
     Reshape,
