@@ -235,8 +235,8 @@ def _crop_and_pad(x, begins, ends, mode, value):
 
 class Pad(SpecOp):
     def _run(self, x, pads=None, value=None, axes=None, mode="constant", paddings=None, **a):
-        if self.opset < 11:  # pads ('paddings' in opset 1) and value are attributes
-            pads, value = pads if pads is not None else paddings, a.get("value", 0.0)
+        if self.opset < 11 and pads is None:  # 'paddings' is opset 1's attribute name
+            pads = paddings
         pads = [int(p) for p in np.asarray(pads).reshape(-1)]
         axes = list(range(x.ndim)) if axes is None else [int(v) % x.ndim for v in axes]
         begins, ends = [0] * x.ndim, [0] * x.ndim
