@@ -15,12 +15,12 @@ import os
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
 
 from .. import te
 from ..errors import PackagerError, UnsupportedOpsError
 from ..graph.ir import Graph, Node, Value
 from ..ops.registry import get_op
+from ..reference import evaluator
 from .context import ConvertContext
 from .converters.registry import get_converter
 
@@ -201,7 +201,7 @@ def fold(onode: onnx.NodeProto, values: dict[str, Value], opset: int, path: str)
         else:  # a shape-only op: any data of the right shape will do
             feeds[i] = np.zeros(v.shape, dtype=np.dtype("bool" if v.dtype == "bool" else v.dtype))
     try:
-        outs = ReferenceEvaluator(_one_node_model(onode, feeds, opset)).run(None, feeds)
+        outs = evaluator(_one_node_model(onode, feeds, opset)).run(None, feeds)
     except Exception as e:
         label = onode.name or onode.output[0]
         raise PackagerError(
