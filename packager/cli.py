@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 
 from . import __version__
-from .cli_remote import add_connection_options
+from .cli_remote import add_connection_options, add_verify_option
 from .cli_remote import add_parsers as add_board_parsers
 from .errors import PackagerError
 from .graph.conv_algorithms import ALGORITHMS
@@ -227,12 +227,7 @@ def make_parser() -> argparse.ArgumentParser:
         help="created if missing; only the outputs' .npy files are written (each whole, "
         "through a temporary name), nothing else in DIR is touched",
     )
-    r.add_argument(
-        "--no-verify",
-        action="store_true",
-        help="skip checking every bundle file against the sha256 in manifest.json (for a "
-        "generated kernel edited on purpose)",
-    )
+    add_verify_option(r)
     r.add_argument(
         "--repeat",
         type=int,

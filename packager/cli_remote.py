@@ -72,7 +72,7 @@ def killed_by(returncode: int) -> str | None:
 def cmd_deploy(args) -> int:
     target = open_target(args, args.board)
     try:
-        lines, summary = target.deploy(Path(args.bundle))
+        lines, summary = target.deploy(Path(args.bundle), verify=not args.no_verify)
     finally:
         target.close()
     for line in lines:
@@ -89,7 +89,9 @@ def cmd_bench(args) -> int:
         raise PackagerError(f"--repeat {args.repeat}: expected an integer >= 1")
     target = open_target(args, args.board)
     try:
-        rows, summary = target.bench([Path(b) for b in args.bundles], args.repeat, args.timeout)
+        rows, summary = target.bench(
+            [Path(b) for b in args.bundles], args.repeat, args.timeout, not args.no_verify
+        )
     finally:
         target.close()
     for s in summary:
@@ -150,6 +152,15 @@ def add_connection_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_verify_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip checking every bundle file against the sha256 in manifest.json (for a "
+        "generated kernel edited on purpose)",
+    )
+
+
 def add_parsers(sub) -> None:
     """deploy, bench and clean; `run` and `boards` add their own options with the helpers."""
     d = sub.add_parser(
@@ -163,6 +174,7 @@ def add_parsers(sub) -> None:
     )
     d.add_argument("bundle", metavar="OUT")
     d.add_argument("--board", required=True)
+    add_verify_option(d)
     add_connection_options(d)
     d.set_defaults(fn=cmd_deploy)
 
@@ -176,6 +188,7 @@ def add_parsers(sub) -> None:
     b.add_argument("bundles", nargs="+", metavar="OUT")
     b.add_argument("--board", required=True)
     b.add_argument("--repeat", type=int, default=20, metavar="N", help="default 20")
+    add_verify_option(b)
     add_connection_options(b)
     b.set_defaults(fn=cmd_bench)
 

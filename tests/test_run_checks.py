@@ -124,6 +124,19 @@ def test_changed_file_refused_unless_no_verify(copy, cli, tmp_path):
     assert code == 0, err
 
 
+@pytest.mark.parametrize("command", ["deploy", "bench"])
+def test_deploy_and_bench_verify_too(copy, cli, command):
+    kernel = sorted((copy / "kernels").glob("*.c"))[0]
+    kernel.write_text(kernel.read_text() + "\n/* edited */\n")
+    code, _, err = cli(command, copy, "--board", "host")
+    assert code == 2, err
+    assert f"{kernel}: sha256 mismatch: the bundle was changed after packaging" in err
+    assert not (copy / "build").exists()  # refused before anything was built
+    code, out, err = cli(command, copy, "--board", "host", "--no-verify")
+    assert code == 0, err
+    assert "selftest PASS" in out or "median_ms" in out
+
+
 def test_missing_file_refused(copy, cli, tmp_path):
     (copy / "kernels" / "registry.c").unlink()
     code, _, err = run(cli, copy, tmp_path / "res")
