@@ -1,0 +1,154 @@
+"""One visitor and one mutator for the loop IR.
+
+Every statement class declares, in ``FIELDS``, which of its fields hold expressions and
+which hold statements (a field may hold one node, ``None`` or a list of nodes). From
+that one table come the generic walk and rebuild, so a pass names only the node kinds it
+cares about: a ``StmtVisitor`` subclass defines ``visit_For`` (say) and inherits the
+traversal of everything else; a ``StmtMutator`` subclass returns a replacement from
+``visit_Store`` and gets a rebuilt tree with unchanged subtrees shared.
+
+Expressions already have their generic traversal in te/expr.py (``children``,
+``with_children``, ``rewrite``); the visitor hands each expression of a statement to
+``visit_expr`` and the mutator to ``mutate_expr``, which default to doing nothing.
+A new statement kind (a DMA copy, a dependency token) joins by ``register``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+
+from .expr import Expr, walk
+from .ir import Allocate, Barrier, For, IfThenElse, Seq, Stmt, Store
+
+# class -> (expression fields, statement fields), in evaluation order.
+FIELDS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    Store: (("index", "value"), ()),
+    For: (("min", "extent"), ("body",)),
+    Seq: ((), ("stmts",)),
+    IfThenElse: (("cond",), ("then", "else_")),
+    Allocate: ((), ("body",)),
+    Barrier: ((), ()),
+}
+
+
+def register(cls: type, exprs: tuple[str, ...] = (), stmts: tuple[str, ...] = ()) -> type:
+    """Make a new statement class known to every visitor and mutator."""
+    FIELDS[cls] = (tuple(exprs), tuple(stmts))
+    return cls
+
+
+def _fields(s: Stmt) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    try:
+        return FIELDS[type(s)]
+    except KeyError:
+        name = type(s).__name__
+        raise TypeError(f"loop IR: unknown statement {name} (te/visitor.register)") from None
+
+
+def _optional(s: Stmt, name: str) -> bool:
+    """True for a statement field that may be None (its default is None: ``else_``)."""
+    return any(f.name == name and f.default is None for f in dataclasses.fields(s))
+
+
+def _nodes(value) -> list:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list) else [value]
+
+
+def stmt_exprs(s: Stmt) -> list[Expr]:
+    """The expressions held directly by ``s`` (not by its sub-statements)."""
+    return [e for f in _fields(s)[0] for e in _nodes(getattr(s, f))]
+
+
+def stmt_children(s: Stmt) -> list[Stmt]:
+    """The statements held directly by ``s``, in order."""
+    return [c for f in _fields(s)[1] for c in _nodes(getattr(s, f))]
+
+
+def walk_stmts(s: Stmt) -> Iterator[Stmt]:
+    """Every statement of the tree, pre-order (iterative: deep nests are fine)."""
+    stack = [s]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(stmt_children(n)))
+
+
+def walk_exprs(s: Stmt) -> Iterator[Expr]:
+    """Every expression node of the tree: each statement's expressions, and their
+    sub-expressions, in statement pre-order."""
+    for n in walk_stmts(s):
+        for e in stmt_exprs(n):
+            yield from walk(e)
+
+
+class StmtVisitor:
+    """Calls ``visit_<Class>`` for each statement, else ``generic_visit``, which visits
+    the statement's expressions with ``visit_expr`` and then its sub-statements."""
+
+    def visit(self, s: Stmt):
+        method = getattr(self, "visit_" + type(s).__name__, None)
+        return method(s) if method is not None else self.generic_visit(s)
+
+    def generic_visit(self, s: Stmt) -> None:
+        for e in stmt_exprs(s):
+            self.visit_expr(e)
+        for c in stmt_children(s):
+            self.visit(c)
+
+    def visit_expr(self, e: Expr) -> None:
+        pass
+
+
+class StmtMutator:
+    """Calls ``visit_<Class>`` for each statement, else ``generic_visit``, which rebuilds
+    the statement from its mutated expressions (``mutate_expr``) and sub-statements. A
+    node whose parts are all unchanged is returned as it is, so untouched subtrees stay
+    shared. A ``visit_`` method may return ``None`` to drop a statement from its parent."""
+
+    def visit(self, s: Stmt) -> Stmt | None:
+        method = getattr(self, "visit_" + type(s).__name__, None)
+        return method(s) if method is not None else self.generic_visit(s)
+
+    def generic_visit(self, s: Stmt) -> Stmt | None:
+        expr_fields, stmt_fields = _fields(s)
+        changes = {}
+        for f in expr_fields:
+            old = getattr(s, f)
+            new = None if old is None else self.mutate_expr(old)
+            if new is not old:
+                changes[f] = new
+        for f in stmt_fields:
+            old = getattr(s, f)
+            new = self._mutate_field(old)
+            if new is None and old is not None and not _optional(s, f):
+                new = Seq([])  # a dropped body leaves an empty one
+            if new is not old:
+                changes[f] = new
+        return dataclasses.replace(s, **changes) if changes else s
+
+    def _mutate_field(self, old):
+        if old is None:
+            return None
+        if isinstance(old, list):
+            new = [m for m in (self.visit(c) for c in old) if m is not None]
+            same = len(new) == len(old) and all(a is b for a, b in zip(new, old, strict=True))
+            return old if same else new
+        return self.visit(old)
+
+    def mutate_expr(self, e: Expr) -> Expr:
+        return e
+
+
+def map_stmts(s: Stmt, fn: Callable[[Stmt], Stmt | None]) -> Stmt | None:
+    """Bottom-up rewrite: ``fn`` gets each statement with its sub-statements already
+    rewritten and returns its replacement (or ``None`` to drop it)."""
+
+    class _Map(StmtMutator):
+        def visit(self, n: Stmt) -> Stmt | None:
+            rebuilt = self.generic_visit(n)
+            return None if rebuilt is None else fn(rebuilt)
+
+    return _Map().visit(s)
