@@ -23,6 +23,7 @@ Choices (the knobs are PassContext.layout_block and disabling "layout"):
 from __future__ import annotations
 
 from ...boards import load_board
+from ...target import Target
 from ..ir import Graph
 from .layout_cost import poor_regions
 from .layout_rewriter import Rewriter
@@ -41,7 +42,7 @@ def block_size(ctx) -> int | None:
     if override is not None:
         return override if override > 1 else None
     board = ctx.board or load_board("host")
-    lanes = (board.vector_bits or 0) // LANE_BITS
+    lanes = Target.cpu(board).vector_bits // LANE_BITS
     return lanes if lanes > 1 else None
 
 
