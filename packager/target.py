@@ -34,16 +34,23 @@ class Target:
     family: ClassVar[str] = ""
     board: str = ""
 
+    @classmethod
+    def of(cls, board: Board) -> Target:
+        """This family's target of ``board`` (each family defines it)."""
+        raise NotImplementedError(f"{cls.__name__} is not a target family")
+
     @staticmethod
     def cpu(board: Board) -> CpuTarget:
+        """The board's CPU target (every board has one)."""
         return CpuTarget.of(board)
 
     @staticmethod
     def opencl(board: Board) -> OpenCLTarget:
+        """The board's OpenCL target; PackagerError when its profile has no opencl section."""
         return OpenCLTarget.of(board)
 
     @staticmethod
-    def of(board: Board, family: str) -> Target:
+    def for_family(board: Board, family: str) -> Target:
         """The board's target of ``family``; PackagerError when it has none."""
         make = FAMILIES.get(family)
         if make is None:

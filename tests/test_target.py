@@ -72,7 +72,7 @@ def test_every_shipped_profile_makes_its_targets():
     for board in boards.list_boards():
         families = [t.family for t in targets_of(board)]
         assert families == (["cpu", "opencl"] if board.opencl else ["cpu"]), board.name
-        assert Target.of(board, "cpu") == CpuTarget.of(board)
+        assert Target.for_family(board, "cpu") == CpuTarget.of(board)
 
 
 def test_a_board_without_opencl_refuses_an_opencl_target():
@@ -83,10 +83,10 @@ def test_a_board_without_opencl_refuses_an_opencl_target():
 def test_accel_family_is_refused_clearly():
     board = load_board("rk3399")
     with pytest.raises(PackagerError, match="board 'rk3399': accel targets are not supported yet"):
-        Target.of(board, "accel")
+        Target.for_family(board, "accel")
     assert AccelTarget.family == "accel"
     with pytest.raises(PackagerError, match="unknown target family 'gpu' .known: cpu, opencl"):
-        Target.of(board, "gpu")
+        Target.for_family(board, "gpu")
 
 
 def test_opencl_section_defaults(profiles):  # noqa: F811
