@@ -6,7 +6,8 @@ The schema is data: ``SCHEMA`` is a table of ``Field`` rows, and one generic wal
 (``_check_mapping``) validates a profile against it, while ``schema_markdown()`` renders the
 same table for the docs, so the two cannot disagree. To add a key, add a row here and an
 attribute of the same name to the dataclass the row's mapping builds (``Board``,
-``Toolchain`` or ``Connection``); nothing else changes.
+``Toolchain``, ``Connection``, ``Cache`` or ``OpenCL``); nothing else changes. What the
+compiler reads of a profile it reads through packager/target.py's ``Target``.
 
 ``python -m packager.boards [FILE...]`` rewrites the generated schema block in the given
 Markdown files (default: docs/boards.md, and README.md if it carries the markers).
@@ -59,6 +60,24 @@ class Connection:
 
 
 @dataclass(frozen=True)
+class Cache:
+    l1d_kib: int | None = None
+    l2_kib: int | None = None
+
+
+@dataclass(frozen=True)
+class OpenCL:
+    device: str
+    compute_units: int
+    max_work_group_size: int
+    max_work_item_sizes: tuple[int, ...]
+    local_memory_kib: int
+    preferred_vector_width: int
+    fp16: bool
+    version: str
+
+
+@dataclass(frozen=True)
 class Board:
     name: str
     description: str
@@ -68,6 +87,8 @@ class Board:
     vector_bits: int
     toolchain: Toolchain
     big_cores: tuple[int, ...] = ()
+    cache: Cache | None = None
+    opencl: OpenCL | None = None
     # ``connections`` holds every way to reach the board (a pool); ``connection`` is its
     # first entry, for code that needs just one. Both empty for the local machine.
     connection: Connection | None = None
@@ -106,6 +127,9 @@ class Field:
     pattern_doc: str = ""
     check: Callable[[str], str | None] | None = None
 
+
+OPENCL_VERSIONS = ("1.1", "1.2", "2.0", "2.1", "2.2", "3.0")
+MAX_WORK_ITEM_DIMS = 3
 
 # A board's name reaches file names, CMake and remote shells: plain characters only.
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
@@ -174,6 +198,58 @@ TOOLCHAIN_FIELDS: tuple[Field, ...] = (
     ),
 )
 
+CACHE_FIELDS: tuple[Field, ...] = (
+    Field("l1d_kib", "int", "Level 1 data cache of one core, in KiB.", min=1),
+    Field("l2_kib", "int", "Level 2 cache (of the cores the bundle runs on), in KiB.", min=1),
+)
+
+OPENCL_FIELDS: tuple[Field, ...] = (
+    Field("device", "str", "The GPU, as its OpenCL driver names it (`Mali-T860`).", required=True),
+    Field("compute_units", "int", "`CL_DEVICE_MAX_COMPUTE_UNITS`.", required=True, min=1),
+    Field(
+        "max_work_group_size",
+        "int",
+        "`CL_DEVICE_MAX_WORK_GROUP_SIZE`: work-items in one work-group.",
+        required=True,
+        min=1,
+    ),
+    Field(
+        "max_work_item_sizes",
+        "list[int]",
+        "`CL_DEVICE_MAX_WORK_ITEM_SIZES`: work-items along each dimension of a work-group "
+        "(1 to 3 items, none above `max_work_group_size`).",
+        required=True,
+        min=1,
+    ),
+    Field(
+        "local_memory_kib",
+        "int",
+        "`CL_DEVICE_LOCAL_MEM_SIZE` in KiB: local memory of one work-group.",
+        required=True,
+        min=1,
+    ),
+    Field(
+        "preferred_vector_width",
+        "int",
+        "`CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT`: float lanes the kernels are vectorized for.",
+        default=1,
+        allowed=(1, 2, 4, 8, 16),
+    ),
+    Field(
+        "fp16",
+        "bool",
+        "Whether the device supports `cl_khr_fp16` (half arithmetic).",
+        default=False,
+    ),
+    Field(
+        "version",
+        "str",
+        'OpenCL C version the device compiles, quoted (`"1.2"`: YAML reads 1.2 as a number).',
+        required=True,
+        allowed=OPENCL_VERSIONS,
+    ),
+)
+
 SCHEMA: tuple[Field, ...] = (
     Field(
         "name",
@@ -213,6 +289,20 @@ SCHEMA: tuple[Field, ...] = (
         "list[int]",
         "CPU ids of the fast cores of a big.LITTLE board, for pinning (`taskset -c`).",
         default=(),
+    ),
+    Field(
+        "cache",
+        "map",
+        "Cache sizes of the CPU, where known (for schedules that block for them).",
+        fields=CACHE_FIELDS,
+        make=Cache,
+    ),
+    Field(
+        "opencl",
+        "map",
+        "The board's OpenCL GPU; absent when it has none (or it is not to be used).",
+        fields=OPENCL_FIELDS,
+        make=OpenCL,
     ),
     Field(
         "connection",
@@ -285,10 +375,28 @@ def check_board_file(path: str | os.PathLike) -> Board:
             "name",
             f"{values['name']!r} does not match the file name (expected {path.stem!r})",
         )
+    if values["opencl"] is not None:
+        _check_opencl(values["opencl"], shown)
     if values["connection"] is not None:
         values["connections"] = (values["connection"],)
     values["connection"] = values["connections"][0] if values["connections"] else None
     return Board(**values, path=path.resolve())
+
+
+def _check_opencl(oc: OpenCL, shown: str) -> None:
+    """What one field of the opencl section cannot say alone: the work-item sizes fit the
+    OpenCL device model (at most 3 dimensions, none above the work-group size)."""
+    at = "opencl.max_work_item_sizes"
+    sizes = oc.max_work_item_sizes
+    if len(sizes) > MAX_WORK_ITEM_DIMS:
+        raise _error(shown, at, f"{len(sizes)} dimensions, OpenCL has at most 3")
+    for i, size in enumerate(sizes):
+        if size > oc.max_work_group_size:
+            raise _error(
+                shown,
+                f"{at}[{i}]",
+                f"{size} is more than max_work_group_size ({oc.max_work_group_size})",
+            )
 
 
 def _profile_files() -> dict[str, Path]:

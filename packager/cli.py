@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 
 from . import __version__
-from .cli_remote import add_connection_options, add_verify_option
+from .cli_args import add_connection_options, add_verify_option, input_shapes, log
 from .cli_remote import add_parsers as add_board_parsers
 from .errors import PackagerError
 from .graph.conv_algorithms import ALGORITHMS
@@ -34,36 +34,6 @@ EPILOG = """examples:
 """
 
 
-def parse_shape(text: str) -> tuple[str, list[int]]:
-    name, sep, dims = text.rpartition("=")
-    try:
-        if not sep or not name:
-            raise ValueError
-        shape = [int(d) for d in dims.split(",")] if dims.strip() else []
-        if any(d < 0 for d in shape):
-            raise ValueError
-    except ValueError:
-        raise PackagerError(
-            f"--input-shape {text!r}: expected NAME=D0,D1,... with non-negative integers"
-        ) from None
-    return name, shape
-
-
-def parse_input(text: str) -> tuple[str, str]:
-    name, sep, path = text.rpartition("=")
-    if not sep or not name or not path:
-        raise PackagerError(f"--input {text!r}: expected NAME=FILE.npy")
-    return name, path
-
-
-def _shapes(args) -> dict[str, list[int]]:
-    return dict(parse_shape(s) for s in args.input_shape or [])
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 def cmd_build(args) -> int:
     from .boards import load_board
     from .package import package
@@ -74,7 +44,7 @@ def cmd_build(args) -> int:
         args.model,
         board,
         args.output,
-        _shapes(args),
+        input_shapes(args),
         log=log,
         tuning_logs=args.tuning_log,
         conv_algorithm=args.conv_algorithm,
@@ -94,7 +64,7 @@ def cmd_inspect(args) -> int:
 
     if args.plan or args.plan_png:
         return inspect_plan(args)
-    report = inspect_model(args.model, _shapes(args))
+    report = inspect_model(args.model, input_shapes(args))
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
@@ -121,7 +91,7 @@ def inspect_plan(args) -> int:
     if args.plan_png:
         check_png_file(args.plan_png)
     board = load_board(args.board)
-    c = compile_model(load_model(args.model), board, _shapes(args), args.model)
+    c = compile_model(load_model(args.model), board, input_shapes(args), args.model)
     if args.plan:
         print(plan_report.render(c.graph, c.plan, c.funcs, len(c.kernels)))
     if args.plan_png:

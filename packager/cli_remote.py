@@ -3,17 +3,13 @@ packager.remote.target, which hides whether the board is this machine or devices
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 import sys
 from pathlib import Path
 
+from .cli_args import add_connection_options, add_verify_option, log, parse_input
 from .errors import PackagerError
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def open_target(args, board_name: str):
@@ -32,7 +28,6 @@ def open_target(args, board_name: str):
 
 
 def cmd_run(args) -> int:
-    from .cli import parse_input
     from .safe_paths import check_output_dir
 
     inputs = dict(parse_input(s) for s in args.input or [])
@@ -126,39 +121,6 @@ def ping(args) -> int:
         extra += [f"rtt {r['rtt_ms']} ms"] if "rtt_ms" in r else []
         print(f"{r['device']}: reachable, arch {r['arch']}" + "".join(f", {e}" for e in extra))
     return 0 if all(r["reachable"] for r in rows) else 2
-
-
-def add_connection_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=600.0,
-        metavar="S",
-        help="kill a remote command (and its process group) after S seconds (default 600)",
-    )
-    p.add_argument("--connect-timeout", type=float, default=10.0, metavar="S", help="default 10")
-    p.add_argument(
-        "--retries",
-        type=int,
-        default=3,
-        metavar="N",
-        help="reconnect N times, with backoff, when a connection drops (default 3)",
-    )
-    p.add_argument(
-        "--trust-on-first-use",
-        action="store_true",
-        help="accept an unknown host key and record it in known_hosts (a changed key is "
-        "always refused)",
-    )
-
-
-def add_verify_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--no-verify",
-        action="store_true",
-        help="skip checking every bundle file against the sha256 in manifest.json (for a "
-        "generated kernel edited on purpose)",
-    )
 
 
 def add_parsers(sub) -> None:

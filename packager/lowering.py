@@ -2,6 +2,8 @@
 
 Nodes that compute the same thing (op, attributes, input shapes and dtypes) share one
 kernel. Names are given in graph order, so the same graph always gives the same sources.
+The target (packager/target.py) chooses each op's template by its family and gives the
+templates its facts; without one, lowering uses the generic cpu target.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from .graph.ir import Graph, Node
 from .graph.memory import MemoryPlan
 from .ops.knobs import Config
 from .ops.registry import ScheduleContext, get_op
+from .target import CpuTarget, Target
 from .te.alias import allow_alias
 from .te.schedule import default_schedule
 
@@ -89,33 +92,25 @@ def node_computes(node: Node, graph: Graph):
     return args, outs, anchor or (None, {}, outs[0])
 
 
-def schedule_for(outs, anchor, target: str, board=None, knobs: dict | None = None):
-    """The anchor op's template for ``target`` if it has one, else the generic schedule."""
+def schedule_for(outs, anchor, target: Target | None = None, knobs: dict | None = None):
+    """The anchor op's template for the target's family if it has one, else the generic
+    schedule."""
+    target = target or CpuTarget()
     op, attrs, tensor = anchor
-    template = get_op(op).schedules.get(target) if op else None
+    template = get_op(op).schedules.get(target.family) if op else None
     if template is None:
-        return default_schedule(
-            outs, board.vector_bits if board else 256, board.cores if board else 1
-        )
-    ctx = ScheduleContext(
-        outs,
-        tensor,
-        attrs,
-        Config(dict(knobs or {})),
-        vector_bits=board.vector_bits if board else 256,
-        cores=board.cores if board else 1,
-    )
-    return template(ctx)
+        return default_schedule(outs, target)
+    return template(ScheduleContext(outs, tensor, attrs, Config(dict(knobs or {})), target))
 
 
 def lower_node(
-    node: Node, graph: Graph, func: str, target: str = "cpu", inplace=(), board=None, knobs=None
+    node: Node, graph: Graph, func: str, target: Target | None = None, inplace=(), knobs=None
 ) -> Kernel:
     """``inplace``: (output position, input position) pairs the memory plan lets share
     a buffer; the kernel is checked to allow it and generated without ``restrict`` there."""
     with te.fresh_names():
         args, outs, anchor = node_computes(node, graph)
-    sch = schedule_for(outs, anchor, target, board, knobs)
+    sch = schedule_for(outs, anchor, target, knobs)
     try:
         prim = allow_alias(te.lower(sch, args + outs, func), inplace, len(args))
     except Exception as e:
@@ -126,9 +121,8 @@ def lower_node(
 def lower_graph(
     graph: Graph,
     plan: MemoryPlan | None = None,
-    target: str = "cpu",
+    target: Target | None = None,
     progress=None,
-    board=None,
     knobs_for=None,
 ) -> tuple[list[Kernel], list[str]]:
     """Kernels (unique) and, per node, the name of the function it calls. ``knobs_for(key,
@@ -142,7 +136,7 @@ def lower_graph(
             name = f"k_{len(by_key)}_{_label(node)}"
             pairs = inplace.get(k, ())
             knobs = knobs_for(key, node, graph, pairs) if knobs_for else None
-            by_key[key] = lower_node(node, graph, name, target, pairs, board, knobs)
+            by_key[key] = lower_node(node, graph, name, target, pairs, knobs)
         funcs.append(by_key[key].func)
         if progress:
             progress(k + 1, len(graph.nodes))

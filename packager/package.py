@@ -21,6 +21,7 @@ from .graph.pipeline import PassContext, optimize
 from .lowering import Kernel, lower_graph
 from .reference import random_input, run_reference
 from .safe_paths import check_bundle_output
+from .target import Target
 from .toolchain import FILE_NAME, toolchain_file, wants_toolchain_file
 
 
@@ -78,18 +79,18 @@ def compile_model(
     chosen = conv_algorithms.choose(graph, pick)
     if chosen.nodes != graph.nodes:  # new filters: the params' storage is re-planned
         graph, plan = chosen, plan_memory(chosen)
+    target = Target.cpu(board or _host())
     kernels, funcs = lower_graph(
         graph,
         plan,
+        target=target,
         progress=_progress(say, "lowering"),
-        board=board or _host(),
         knobs_for=tuning.knobs_for if tuning else None,
     )
     for line in tuning.report() if tuning else []:
         say(line)  # never silent about which kernels fell back to defaults
     say(f"generated {len(kernels)} kernels ({time.perf_counter() - t0:.1f}s)")
-    board = board or _host()
-    return Compiled(graph, plan, kernels, funcs, board.cores, tuple(board.big_cores))
+    return Compiled(graph, plan, kernels, funcs, target.cores, target.big_cores)
 
 
 def _host() -> Board:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from types import SimpleNamespace
 
 import pytest
 
@@ -14,6 +13,7 @@ from packager import te
 from packager.codegen import codegen_c
 from packager.codegen.build import INCLUDE
 from packager.lowering import schedule_for
+from packager.target import CpuTarget
 from tests.ops.test_conv_schedule import conv_group
 
 TOOLCHAINS = {
@@ -31,8 +31,7 @@ LANES = {"x86_64": 8, "aarch64": 4}
 def conv_kernel_source(lanes: int) -> str:
     """C of a fused 3x3 conv + bias + relu + add in the block of ``lanes`` floats."""
     args, out, anchor = conv_group(64, 64, (14, 14), 3, 1, 1, block=lanes, residual=True)
-    board = SimpleNamespace(vector_bits=32 * lanes, cores=2)
-    sch = schedule_for([out], anchor, "cpu", board=board)
+    sch = schedule_for([out], anchor, CpuTarget(vector_bits=32 * lanes, cores=2))
     return codegen_c(te.lower(sch, [*args, out], "k_conv"))
 
 

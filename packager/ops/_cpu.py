@@ -45,11 +45,11 @@ def padded_copy_at_root(st, parallel: bool, vectorize: bool) -> None:
 
 def fallback(ctx: ScheduleContext) -> te.Schedule:
     """The generic schedule, for shapes and dtypes a template does not handle."""
-    return default_schedule(ctx.outs, ctx.vector_bits, ctx.cores)
+    return default_schedule(ctx.outs, ctx.target)
 
 
 def lanes_of(ctx: ScheduleContext, t: te.Tensor) -> int:
-    return vector_lanes(t.dtype, ctx.vector_bits)
+    return vector_lanes(t.dtype, ctx.target)
 
 
 def epilogue_stage(ctx: ScheduleContext, sch: te.Schedule):
@@ -62,8 +62,8 @@ def epilogue_stage(ctx: ScheduleContext, sch: te.Schedule):
 
 def run_parallel(ctx: ScheduleContext, st, keep=frozenset()):
     """Parallel outer loops of ``st`` when the board has more than one core."""
-    if ctx.cores > 1:
-        return parallel_outer(st, ctx.cores, keep)
+    if ctx.target.cores > 1:
+        return parallel_outer(st, ctx.target, keep)
     return None
 
 

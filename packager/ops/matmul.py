@@ -168,7 +168,7 @@ def _dense_cpu(ctx: ScheduleContext) -> te.Schedule:
         return fallback(ctx)
     rows, width = _tiles(ctx, m, n, lanes)
     io, jo, *_ = _block(out, *out.op.axis, rows, width, lanes)
-    if ctx.cores > 1 and m * n * acc.op.reduce_axis[0].extent >= PARALLEL_MIN_MACS:
+    if ctx.target.cores > 1 and m * n * acc.op.reduce_axis[0].extent >= PARALLEL_MIN_MACS:
         jo = out.fuse(io, jo)
         out.parallel(jo)
     st = sch[acc]

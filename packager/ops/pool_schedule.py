@@ -67,7 +67,7 @@ def pool_nchwc_schedule(ctx: ScheduleContext) -> Schedule:
         if pad_at == "inline":
             pad.compute_inline()
         else:
-            padded_copy_at_root(pad, ctx.cores > 1, True)
+            padded_copy_at_root(pad, ctx.target.cores > 1, True)
     out = sch[out_t]
     n, cb, oh, ow, oi = out.op.axis
     owo, owi = out.split(ow, ow_tile)
@@ -76,7 +76,7 @@ def pool_nchwc_schedule(ctx: ScheduleContext) -> Schedule:
         out.reorder(n, cb, oh, owo, *rk, owi, oi)
     else:
         out.reorder(n, cb, oh, owo, owi, oi)
-    if ctx.cores > 1:
+    if ctx.target.cores > 1:
         out.parallel(out.fuse(n, cb, oh))
     out.unroll(owi)
     out.vectorize(oi)

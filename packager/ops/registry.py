@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import te
+from ..target import CpuTarget
 
 PATTERNS = ("elementwise", "broadcast", "injective", "reduction", "out_elemwise_fusable", "opaque")
 
@@ -23,20 +24,20 @@ class ScheduleContext:
     outs: the kernel's output tensors (for a fused group, the last ops of the group);
     anchor: the tensor of the op the template belongs to (== outs[0] for a lone op; for a
     fused group the conv/matmul/reduction whose epilogue the outputs are); attrs: that
-    op's attributes; cfg: the knobs; vector_bits and cores: from the board.
+    op's attributes; cfg: the knobs; target: the cpu target (the board's vector width,
+    cores, ...; packager/target.py), by default the generic one.
     """
 
     outs: list
     anchor: object
     attrs: dict
     cfg: object
-    vector_bits: int = 128
-    cores: int = 1
+    target: CpuTarget = field(default_factory=CpuTarget)
 
     @property
     def lanes(self) -> int:
         """float32 lanes in one vector register."""
-        return max(1, self.vector_bits // 32)
+        return self.target.lanes
 
 
 @dataclass

@@ -49,7 +49,7 @@ def schedule_winograd_cpu(ctx: ScheduleContext) -> Schedule:
     conv = find_tagged(ctx.anchor, "conv_winograd")
     out = ctx.outs[0]
     if conv is None or len(ctx.outs) != 1 or not _tiles_of(out, conv):
-        return default_schedule(ctx.outs, ctx.vector_bits, ctx.cores)
+        return default_schedule(ctx.outs, ctx.target)
     sch = create_schedule(ctx.outs)
     stages = _by_name(sch)
     kept = {"winograd_pad", "winograd_b", "winograd_a", "winograd_m_store"}
@@ -58,7 +58,7 @@ def schedule_winograd_cpu(ctx: ScheduleContext) -> Schedule:
             st.compute_inline()
     cfg = ctx.cfg
     m = conv.op.attrs["tile"]
-    par = ctx.cores > 1
+    par = ctx.target.cores > 1
     if "winograd_pad" in stages:
         padded_copy_at_root(sch[stages["winograd_pad"]], par, True)
     _input_transform(sch, stages, par)

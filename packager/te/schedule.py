@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..target import CpuTarget
 from .expr import ComputeOp, Const, IterVar, Load, Tensor, Var, distinct
 
 
@@ -220,12 +221,12 @@ _ITEM_BITS = {"float64": 64, "int64": 64, "uint64": 64, "float32": 32, "int32": 
 _ITEM_BITS.update({"uint32": 32, "int16": 16, "uint16": 16, "int8": 8, "uint8": 8})
 
 
-def default_schedule(outs, vector_bits: int | None = None, cores: int = 1) -> Schedule:
+def default_schedule(outs, target: CpuTarget | None = None) -> Schedule:
     """The safe default for any op or fused group: inline every non-output stage
     without reduce axes; compute a reduction inside the loop nest of the one stage
     that reads it element for element (so it needs no whole-tensor buffer), else at
-    root. Given the board's ``vector_bits`` and ``cores``, each root stage also runs
-    its innermost axis in vectors and its outer axes on the thread pool when large."""
+    root. Given a cpu target, each root stage also runs its innermost axis in the target's
+    vectors and its outer axes on the thread pool (when it has cores to spare) when large."""
     sch = create_schedule(outs)
     for st in sch.stages:
         if not st.is_output and not st.op.reduce_axis:
@@ -238,24 +239,24 @@ def default_schedule(outs, vector_bits: int | None = None, cores: int = 1) -> Sc
         if st.attach_type != "root" or not st.leaf_iter_vars:
             continue
         inner = None
-        if vector_bits and not st.op.reduce_axis and id(st.leaf_iter_vars[-1]) not in attached:
-            inner = vectorize_innermost(st, vector_bits)
-        if cores > 1:
-            parallel_outer(st, cores, keep={id(inner), *attached})
+        if target and not st.op.reduce_axis and id(st.leaf_iter_vars[-1]) not in attached:
+            inner = vectorize_innermost(st, target)
+        if target and target.cores > 1:
+            parallel_outer(st, target, keep={id(inner), *attached})
     return sch
 
 
-def vector_lanes(dtype: str, vector_bits: int) -> int:
-    """Elements of ``dtype`` per vector register (0 for bool: no vector type)."""
+def vector_lanes(dtype: str, target: CpuTarget) -> int:
+    """Elements of ``dtype`` per vector register of ``target`` (0 for bool: no vector type)."""
     bits = _ITEM_BITS.get(dtype)
-    return vector_bits // bits if bits else 0
+    return target.vector_bits // bits if bits else 0
 
 
-def vectorize_innermost(st: Stage, vector_bits: int) -> IterVar | None:
+def vectorize_innermost(st: Stage, target: CpuTarget) -> IterVar | None:
     """Vectorize the stage's innermost data axis (its store is contiguous along it)
     when whole vectors cover it; returns the vector loop. A body the codegen cannot
     vectorize (strided or non-arithmetic reads) falls back to a scalar loop."""
-    lanes = vector_lanes(st.tensor.dtype, vector_bits)
+    lanes = vector_lanes(st.tensor.dtype, target)
     iv = st.leaf_iter_vars[-1]
     if lanes < 2 or iv.kind != "data":
         return None
@@ -269,8 +270,9 @@ def vectorize_innermost(st: Stage, vector_bits: int) -> IterVar | None:
     return vec
 
 
-def parallel_outer(st: Stage, cores: int, keep=frozenset()) -> IterVar | None:
-    """Fuse the leading data leaves until there are a few iterations per core and run
+def parallel_outer(st: Stage, target: CpuTarget, keep=frozenset()) -> IterVar | None:
+    """Fuse the leading data leaves until there are a few iterations per core of
+    ``target`` and run
     them in parallel, when the stage is large enough. Leaves whose id is in ``keep``
     (the vector loop, attach points) and the innermost leaf stay out. Returns the
     parallel loop."""
@@ -285,7 +287,7 @@ def parallel_outer(st: Stage, cores: int, keep=frozenset()) -> IterVar | None:
             break
         prefix.append(iv)
         n *= iv.extent
-        if n >= PARALLEL_CHUNKS_PER_CORE * cores:
+        if n >= PARALLEL_CHUNKS_PER_CORE * target.cores:
             break
     if n < 2:
         return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..cli_args import input_shapes
 from ..errors import PackagerError
 from ..graph.conv_algorithms import ALGORITHMS
 from ..safe_paths import check_log_file
@@ -66,7 +67,6 @@ def add_parser(sub) -> None:
 
 def cmd_tune(args) -> int:
     from ..boards import load_board
-    from ..cli import _shapes
     from .run import default_log_path, summary, tune_model
     from .tuner import Options
 
@@ -83,7 +83,7 @@ def cmd_tune(args) -> int:
         board,
         opts,
         log_path,
-        _shapes(args),
+        input_shapes(args),
         args.time_budget,
         algorithms=args.conv_algorithm,
     )

@@ -26,9 +26,10 @@ from ..codegen.build import INCLUDE
 from ..codegen.c import codegen_c
 from ..errors import PackagerError
 from ..native import compile_object
+from ..target import Target
 from .driver import driver_source, parse_output
-from .space import default_func, valid
-from .tasks import Task
+from .space import valid
+from .tasks import Task, default_func
 
 # As bundles are built (CMakeLists.txt, native.py): contraction on, so FMAs are measured.
 PARALLEL_FOR = C_RUNTIME / "src" / "pk_parallel.c"
@@ -127,7 +128,7 @@ class Measurer:
         and its scratch memory. Compiled once per measurer, so every candidate of a run
         is timed with the same runtime even if its source changes meanwhile."""
         if self._runtime_objs is None:
-            cores = self.board.cores
+            cores = Target.cpu(self.board).cores
             defines = ["-DPK_USE_THREADS", f"-DPK_NUM_THREADS={cores}"] if cores > 1 else []
             flags = [*self.flags, *defines]
             cc = self.board.toolchain.cc

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import te
-from ..lowering import schedule_for
 from ..ops.knobs import Config, Knob
 from ..ops.registry import ScheduleContext, get_op
-from ..te.alias import allow_alias
 from ..te.ir import Allocate, PrimFunc, walk_stmts
-from .tasks import TARGET, Task
+from .tasks import Task, lower_config
 
 LOCAL_BYTES = 256 * 1024  # stack/local buffers beyond this do not fit a board's cache
 
@@ -73,25 +70,9 @@ def _norm(v):
 def space_of(task: Task) -> ConfigSpace:
     """Run the template once with defaults, recording the knobs it defines."""
     _, outs, (op, attrs, tensor) = task.computes()
-    cfg = Config()
-    get_op(op).schedules[TARGET](_ctx(outs, tensor, attrs, cfg, task.board))
+    cfg, target = Config(), task.target
+    get_op(op).schedules[target.family](ScheduleContext(outs, tensor, attrs, cfg, target))
     return ConfigSpace(list(cfg.space.values()))
-
-
-def _ctx(outs, tensor, attrs, cfg, board) -> ScheduleContext:
-    return ScheduleContext(outs, tensor, attrs, cfg, board.vector_bits, board.cores)
-
-
-def lower_config(task: Task, values: dict | None, name: str) -> PrimFunc:
-    """The candidate kernel for a knob setting (raises when the setting is invalid)."""
-    args, outs, anchor = task.computes()
-    sch = schedule_for(outs, anchor, TARGET, task.board, values or {})
-    prim = te.lower(sch, args + outs, name)
-    return allow_alias(prim, task.inplace, len(args))
-
-
-def default_func(task: Task) -> PrimFunc:
-    return lower_config(task, None, "pk_default")
 
 
 def valid(task: Task, values: dict, name: str = "pk_check") -> PrimFunc | None:

@@ -1,22 +1,30 @@
-"""Tunable tasks of a packaged graph: unique kernels whose anchor op has a cpu template.
+"""Tunable tasks of a packaged graph: unique kernels whose anchor op has a cpu template,
+and how a task lowers with a knob setting.
 
 A task is identified by its kernel key (what the kernel computes, input shapes and
 dtypes, in-place pairs) plus the board: the same key the build uses to share kernels,
-so a tuning record applies to exactly the kernels it was measured for.
+so a tuning record applies to exactly the kernels it was measured for. Its target (the
+board's cpu target) is what the template is given. Config spaces (space.py) and
+measurement (measure.py) build on this module; it needs neither.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import te
 from ..boards import Board
+from ..graph.conv_algorithms import DIRECT, variants
 from ..graph.ir import Graph, Node
-from ..lowering import kernel_key, node_computes
+from ..lowering import kernel_key, node_computes, schedule_for
 from ..ops.registry import get_op
+from ..target import CpuTarget, Target
+from ..te.alias import allow_alias
+from ..te.ir import PrimFunc
+from .features import flop_count
 
-TARGET = "cpu"
+TARGET = CpuTarget.family  # the family whose templates are tuned
 
 
 @dataclass
@@ -44,10 +52,27 @@ class Task:
     def workload(self) -> list:
         return json.loads(self.key)
 
+    @property
+    def target(self) -> CpuTarget:
+        return Target.cpu(self.board)
+
     def computes(self):
         """(args, outs, anchor) with reproducible names."""
         with te.fresh_names():
             return node_computes(self.node, self.graph)
+
+
+def lower_config(task: Task, values: dict | None, name: str) -> PrimFunc:
+    """The candidate kernel for a knob setting (raises when the setting is invalid)."""
+    args, outs, anchor = task.computes()
+    sch = schedule_for(outs, anchor, task.target, values or {})
+    prim = te.lower(sch, args + outs, name)
+    return allow_alias(prim, task.inplace, len(args))
+
+
+def default_func(task: Task) -> PrimFunc:
+    """The kernel with the template's defaults (the reference candidates are checked against)."""
+    return lower_config(task, None, "pk_default")
 
 
 def template_of(node: Node, graph: Graph) -> str | None:
@@ -61,10 +86,6 @@ def _forms(node: Node, graph: Graph, algorithms=None) -> tuple[list, bool]:
     """The node and each other algorithm it may run as (conv_algorithms), as (node,
     graph) pairs to tune (the build takes the fastest), and whether it has other forms.
     ``algorithms`` keeps only those forms (a node with no other form is always kept)."""
-    from dataclasses import replace
-
-    from ..graph.conv_algorithms import DIRECT, variants
-
     others = variants(node, graph)
     forms = []
     if not others or algorithms is None or DIRECT in algorithms:
@@ -80,9 +101,6 @@ def extract_tasks(
 ) -> list[Task]:
     """Unique tunable tasks (every algorithm of a conv is a task of its own), costliest
     (weight x FLOPs) first."""
-    from .features import flop_count
-    from .space import default_func
-
     tasks: dict[str, Task] = {}
     direct: dict[str, Task] = {}  # each conv's direct form, tuned or not, by its key
     inplace = inplace or {}

@@ -5,13 +5,14 @@ interpreter, against onnx's reference evaluator)."""
 from __future__ import annotations
 
 from collections import Counter
-from types import SimpleNamespace
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from packager.boards import load_board
 from packager.frontend.importer import import_onnx
 from packager.graph.passes.layout import layout_pass
 from packager.graph.pipeline import PassContext
@@ -182,8 +183,8 @@ def test_depthwise_and_grouped_chain_is_blocked():
     "ctx, block",
     [
         ({}, 8),  # no board: the host profile (256-bit vectors)
-        ({"board": SimpleNamespace(vector_bits=128)}, 4),
-        ({"board": SimpleNamespace(vector_bits=512)}, 16),
+        ({"board": replace(load_board("host"), vector_bits=128)}, 4),
+        ({"board": replace(load_board("host"), vector_bits=512)}, 16),
         ({"layout_block": 4}, 4),
         ({"layout_block": 0}, None),
     ],

@@ -13,6 +13,7 @@ from packager.lowering import schedule_for
 from packager.ops.conv_schedule import default_tile
 from packager.ops.knobs import Config
 from packager.ops.registry import get_op
+from packager.target import CpuTarget
 from packager.te.evaluator import evaluate
 
 
@@ -41,7 +42,7 @@ def conv_group(c, oc, hw, k, stride, pad, block=8, groups=1, residual=False):
 
 
 def run_group(args, out, anchor, knobs):
-    sch = schedule_for([out], anchor, "cpu", knobs=knobs)
+    sch = schedule_for([out], anchor, knobs=knobs)
     rng = np.random.default_rng(0)
     ins = [rng.standard_normal(a.shape).astype(np.float32) for a in args]
     got = np.empty(out.shape, np.float32)
@@ -86,7 +87,9 @@ def test_knobs_are_declared_with_defaults():
     op, attrs, tensor = anchor
     from packager.ops.registry import ScheduleContext
 
-    get_op(op).schedules["cpu"](ScheduleContext([out], tensor, attrs, cfg, 256, 2))
+    get_op(op).schedules["cpu"](
+        ScheduleContext([out], tensor, attrs, cfg, CpuTarget(vector_bits=256, cores=2))
+    )
     assert {"tile_oc", "tile_ow", "vectorize_oc", "parallel", "pad"} <= set(cfg.space)
     assert cfg.as_dict()["tile_ow"] == 7 and cfg.as_dict()["tile_oc"] == 2
 

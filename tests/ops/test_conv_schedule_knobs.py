@@ -17,6 +17,7 @@ from packager.ops._cpu import find_tagged
 from packager.ops.conv_schedule import _default_pad, default_tile
 from packager.ops.knobs import Config
 from packager.ops.registry import ScheduleContext, get_op
+from packager.target import CpuTarget
 from packager.te.schedule import create_schedule, default_schedule
 
 from .test_conv_schedule import CASES, conv_group, run_group
@@ -125,7 +126,7 @@ def test_defaults_give_the_old_nest(case):
     # a blocked one to two channel lanes per step.
     since = {"reduce_order": ("rcb", "kh", "kw")} if args[0].ndim == 4 else {"unroll_rci": 1}
     for knobs in OLD_KNOBS:
-        new = schedule_for([out], anchor, "cpu", knobs={**knobs, **since})
+        new = schedule_for([out], anchor, knobs={**knobs, **since})
         old = _old_schedule([out], anchor[2], knobs)
         assert _c(new, args, out) == _c(old, args, out), knobs
 
@@ -141,7 +142,9 @@ def test_a_plain_input_conv_walks_its_channels_innermost():
 def _space(args, out, anchor):
     cfg = Config()
     op, attrs, tensor = anchor
-    get_op(op).schedules["cpu"](ScheduleContext([out], tensor, attrs, cfg, 256, 2))
+    get_op(op).schedules["cpu"](
+        ScheduleContext([out], tensor, attrs, cfg, CpuTarget(vector_bits=256, cores=2))
+    )
     return cfg.space
 
 
@@ -167,12 +170,12 @@ def test_resnet_shapes_have_large_spaces():
 def test_new_knobs_change_the_nest_and_keep_the_answer(case):
     args, out, anchor = _group(case)
     space = _space(args, out, anchor)
-    default = _c(schedule_for([out], anchor, "cpu", knobs={}), args, out)
+    default = _c(schedule_for([out], anchor, knobs={}), args, out)
     sources = {default}
     want = None
     for knobs in NEW_KNOBS:
         fits = {k: v for k, v in knobs.items() if k in space and v in space[k].candidates}
-        src = _c(schedule_for([out], anchor, "cpu", knobs=fits), args, out)
+        src = _c(schedule_for([out], anchor, knobs=fits), args, out)
         if fits == knobs:  # (an odd height has no row tile of 2)
             assert src not in sources, knobs  # a different loop nest each time
         sources.add(src)
@@ -190,12 +193,12 @@ def test_every_reduction_setting_is_a_distinct_nest():
     seen = set()
     for values in itertools.product(*(space[n].candidates for n in names)):
         knobs = dict(zip(names, values, strict=True))
-        seen.add(_c(schedule_for([out], anchor, "cpu", knobs=knobs), args, out))
+        seen.add(_c(schedule_for([out], anchor, knobs=knobs), args, out))
     assert len(seen) == np.prod([len(space[n].candidates) for n in names])
 
 
 def test_a_too_long_unrolled_body_is_refused():
     args, out, anchor = conv_group(**CASES["3x3_s1"])  # default tile: 2 blocks x 7 columns
-    schedule_for([out], anchor, "cpu", knobs={"unroll_rci": 8})  # 112 in a row: fine
+    schedule_for([out], anchor, knobs={"unroll_rci": 8})  # 112 in a row: fine
     with pytest.raises(ValueError, match="unrolled multiply-adds"):
-        schedule_for([out], anchor, "cpu", knobs={"unroll_rci": 4, "unroll_kw": True})
+        schedule_for([out], anchor, knobs={"unroll_rci": 4, "unroll_kw": True})

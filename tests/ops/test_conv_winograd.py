@@ -12,6 +12,7 @@ from packager.graph.passes.layout_pack import from_blocked, to_blocked
 from packager.lowering import schedule_for
 from packager.ops.conv_winograd import TILES, matrices, transform_weight
 from packager.ops.registry import get_op
+from packager.target import CpuTarget
 from packager.te.evaluator import evaluate
 
 from .harness import run_op_numpy
@@ -110,8 +111,7 @@ def test_template_matches_the_compute(m, hw, epilogue, knobs):
     """The scheduled kernel (real C, cores=2 so the parallel loops are generated) gives
     what the numpy interpretation of the same computes gives."""
     args, out, anchor = _group(16, 16, hw, m, epilogue)
-    board = type("B", (), {"vector_bits": 256, "cores": 2})()
-    sch = schedule_for([out], anchor, "cpu", board, knobs)
+    sch = schedule_for([out], anchor, CpuTarget(vector_bits=256, cores=2), knobs)
     rng = np.random.default_rng(1)
     ins = [rng.standard_normal(a.shape).astype(np.float32) for a in args]
     got = np.empty(out.shape, np.float32)
@@ -127,7 +127,9 @@ def test_template_knobs():
     cfg = Config()
     from packager.ops.registry import ScheduleContext
 
-    get_op(op).schedules["cpu"](ScheduleContext([out], conv, attrs, cfg, 256, 2))
+    get_op(op).schedules["cpu"](
+        ScheduleContext([out], conv, attrs, cfg, CpuTarget(vector_bits=256, cores=2))
+    )
     assert set(cfg.space) == {"tile_oc", "tile_t"}
     assert cfg.space["tile_t"].candidates == (1, 2, 4)  # divisors of the 4 tiles
 
@@ -139,7 +141,7 @@ def test_output_transform_works_one_tile_at_a_time(m, hw):
     from packager.te.ir import Allocate, walk_stmts
 
     args, out, anchor = _group(16, 16, hw, m, "relu")
-    sch = schedule_for([out], anchor, "cpu", None, {})
+    sch = schedule_for([out], anchor, None, {})
     prim = te.lower(sch, [*args, out], "k_wino")
     sizes = {
         s.buffer.name: s.buffer.size

@@ -4,7 +4,6 @@ threading default schedule give the same numbers as numpy, for knob variations t
 from __future__ import annotations
 
 import re
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,11 +13,12 @@ from packager.codegen import build_kernel
 from packager.codegen.c import codegen_c
 from packager.lowering import schedule_for
 from packager.ops.registry import get_op
+from packager.target import CpuTarget
 
-BOARD = SimpleNamespace(vector_bits=256, cores=2)
+TARGET = CpuTarget(vector_bits=256, cores=2)
 
 
-def _run(op, attrs, inputs, post=None, knobs=None, board=BOARD):
+def _run(op, attrs, inputs, post=None, knobs=None, target=TARGET):
     """Lower ``op`` (plus an optional elementwise ``post`` fused after it) through its
     cpu template; returns the output and the C source."""
     phs = [te.placeholder(a.shape, str(a.dtype), f"in{i}") for i, a in enumerate(inputs)]
@@ -27,7 +27,7 @@ def _run(op, attrs, inputs, post=None, knobs=None, board=BOARD):
     if post is not None:
         y = outs[0]
         outs = [te.compute(y.shape, lambda *i: post(y[i]), name="post", tag="elemwise")]
-    sch = schedule_for(outs, (op, attrs, anchor), "cpu", board, knobs)
+    sch = schedule_for(outs, (op, attrs, anchor), target, knobs)
     func = te.lower(sch, phs + outs, f"k_{op}")
     res = [np.empty(t.shape, np.float32) for t in outs]
     build_kernel(func)(*inputs, *res)

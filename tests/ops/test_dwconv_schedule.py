@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ from packager.lowering import schedule_for
 from packager.ops.dwconv_schedule import is_depthwise
 from packager.ops.knobs import Config
 from packager.ops.registry import ScheduleContext, get_op
+from packager.target import CpuTarget
 
 from .test_conv_schedule import conv_group
 
@@ -48,7 +48,7 @@ def run_dw(c, hw, stride, pad, block, knobs, k=3):
     xb = x.reshape(blocks, block, *hw).transpose(0, 2, 3, 1)[None]  # (1, C/x, H, W, x)
     wb = w.reshape(blocks, block, k, k).transpose(0, 2, 3, 1)[:, None, :, :, None, :]
     bb = b.reshape(blocks, block)
-    sch = schedule_for([out], anchor, "cpu", knobs=knobs)
+    sch = schedule_for([out], anchor, knobs=knobs)
     got = np.empty(out.shape, np.float32)
     func = te.lower(sch, [*args, out], "k_dw")
     build_kernel(func)(*(np.ascontiguousarray(a) for a in (xb, wb, bb)), got)
@@ -86,7 +86,9 @@ def _space(c, hw, stride, block=8):
     args, out, anchor = conv_group(c, c, hw, 3, stride, 1, block=block, groups=c)
     op, attrs, tensor = anchor
     cfg = Config()
-    get_op(op).schedules["cpu"](ScheduleContext([out], tensor, attrs, cfg, 256, 2))
+    get_op(op).schedules["cpu"](
+        ScheduleContext([out], tensor, attrs, cfg, CpuTarget(vector_bits=256, cores=2))
+    )
     return cfg
 
 
@@ -143,8 +145,7 @@ def _dw_source(lanes: int, stride: int) -> str:
     args, out, anchor = conv_group(
         8 * lanes, 8 * lanes, (28, 28), 3, stride, 1, block=lanes, groups=8 * lanes
     )
-    board = SimpleNamespace(vector_bits=32 * lanes, cores=2)
-    sch = schedule_for([out], anchor, "cpu", board=board)
+    sch = schedule_for([out], anchor, CpuTarget(vector_bits=32 * lanes, cores=2))
     return codegen_c(te.lower(sch, [*args, out], "k_dw"))
 
 

@@ -4,8 +4,6 @@ variations too, with the weights read as whole vectors (no per-element index div
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
@@ -15,14 +13,15 @@ from packager.codegen.c import codegen_c
 from packager.graph.passes.pack_gemm_weights import pack_b
 from packager.lowering import schedule_for
 from packager.ops.registry import get_op
+from packager.target import CpuTarget
 
-BOARD = SimpleNamespace(vector_bits=256, cores=2)
+TARGET = CpuTarget(vector_bits=256, cores=2)
 
 
-def _run(attrs, inputs, knobs=None, board=BOARD):
+def _run(attrs, inputs, knobs=None, target=TARGET):
     phs = [te.placeholder(a.shape, str(a.dtype), f"in{i}") for i, a in enumerate(inputs)]
     outs = get_op("gemm").compute(phs, attrs)
-    sch = schedule_for(outs, ("gemm", attrs, outs[0]), "cpu", board, knobs)
+    sch = schedule_for(outs, ("gemm", attrs, outs[0]), target, knobs)
     func = te.lower(sch, phs + outs, "k_gemm")
     res = [np.empty(t.shape, np.float32) for t in outs]
     build_kernel(func)(*inputs, *res)

@@ -13,7 +13,8 @@ from packager.runner import selftest_local
 from packager.tune.log import TuningLog, cost
 from packager.tune.measure import Measurer, Settings
 from packager.tune.run import model_tasks
-from packager.tune.space import lower_config, space_of
+from packager.tune.space import space_of
+from packager.tune.tasks import lower_config
 from packager.tune.tuner import Options, tune_task
 
 FAST = Settings(min_seconds=0.002, samples=3)

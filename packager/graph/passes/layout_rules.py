@@ -1,6 +1,6 @@
 """The layout pass's rules: for each op, its blocked form (or None: keep it in NCHW).
 
-A rule gets the rewriter (packager/graph/passes/layout.py), which knows each value's
+A rule gets the rewriter (layout_rewriter.py), which knows each value's
 forms and makes transforms and packed constants, and the node; it returns the node to
 emit instead. Rules run only for nodes with one float32 4-D output of whole blocks.
 """
@@ -8,16 +8,13 @@ emit instead. Rules run only for nodes with one float32 4-D output of whole bloc
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from ...ops.binary import BINARY, VARIADIC
 from ...ops.reduce import REDUCERS
 from ...ops.registry import get_op
 from ..ir import Node
 from .layout_pack import pack_channels, pack_conv_weight
-
-if TYPE_CHECKING:
-    from .layout import Rewriter
+from .layout_rewriter import Rewriter
 
 
 def _conv(rw: Rewriter, node: Node) -> Node | None:

@@ -24,6 +24,7 @@ from dataclasses import replace
 import numpy as np
 
 from ...boards import load_board
+from ...target import Target
 from ..ir import Graph, Node, Value
 
 
@@ -41,7 +42,7 @@ def _block(ctx) -> int:
     if ctx is None:
         return 0
     board = ctx.board or load_board("host")
-    lanes = (board.vector_bits or 0) // 32
+    lanes = Target.cpu(board).vector_bits // 32
     return lanes if lanes >= 2 else 0
 
 

@@ -1,0 +1,73 @@
+"""What the CLI's commands share: parsing of ``NAME=...`` arguments, the options of the board
+commands, and progress messages. The command modules (cli, cli_remote, tune/cli) import it;
+it imports none of them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .errors import PackagerError
+
+
+def parse_shape(text: str) -> tuple[str, list[int]]:
+    name, sep, dims = text.rpartition("=")
+    try:
+        if not sep or not name:
+            raise ValueError
+        shape = [int(d) for d in dims.split(",")] if dims.strip() else []
+        if any(d < 0 for d in shape):
+            raise ValueError
+    except ValueError:
+        raise PackagerError(
+            f"--input-shape {text!r}: expected NAME=D0,D1,... with non-negative integers"
+        ) from None
+    return name, shape
+
+
+def parse_input(text: str) -> tuple[str, str]:
+    name, sep, path = text.rpartition("=")
+    if not sep or not name or not path:
+        raise PackagerError(f"--input {text!r}: expected NAME=FILE.npy")
+    return name, path
+
+
+def input_shapes(args) -> dict[str, list[int]]:
+    return dict(parse_shape(s) for s in args.input_shape or [])
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def add_connection_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="kill a remote command (and its process group) after S seconds (default 600)",
+    )
+    p.add_argument("--connect-timeout", type=float, default=10.0, metavar="S", help="default 10")
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=3,
+        metavar="N",
+        help="reconnect N times, with backoff, when a connection drops (default 3)",
+    )
+    p.add_argument(
+        "--trust-on-first-use",
+        action="store_true",
+        help="accept an unknown host key and record it in known_hosts (a changed key is "
+        "always refused)",
+    )
+
+
+def add_verify_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip checking every bundle file against the sha256 in manifest.json (for a "
+        "generated kernel edited on purpose)",
+    )

@@ -1,0 +1,152 @@
+"""The layout pass's rewriter: walks a graph's nodes in order and emits each either in its
+blocked form, by the rule the pass gives it for the op (layout_rules.py), or as it was, with
+``layout_transform`` nodes where a value's form does not fit its consumer. The rules call
+back into it for values, packed constants and transforms; it knows no rule itself, so the
+rules depend on it and not the other way round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from ...ops.layout import blocked
+from ..ir import Graph, Node, Value
+from .layout_pack import blocked_shape, pack_operand
+
+# op name -> its rule (rewriter, node) -> the blocked node, or None to keep the node as it is
+RuleLookup = Callable[[str], "Callable[[Rewriter, Node], Node | None] | None"]
+
+
+class Rewriter:
+    """Walks the nodes in order, emitting each either blocked (by its rule) or as it
+    was, with layout_transform nodes where a value's form does not fit its consumer."""
+
+    def __init__(self, graph: Graph, block: int, keep_nchw: set[str], rule_for: RuleLookup):
+        # Values are copied: new ones are added and dead ones dropped.
+        self.g = replace(graph, values=dict(graph.values))
+        self.block = block
+        self.keep_nchw = keep_nchw  # outputs of convs to leave in NCHW
+        self.rule_for = rule_for
+        self.layout = blocked(block)
+        self.nodes: list[Node] = []
+        self.blocked: dict[str, str] = {}  # NCHW name -> name of its blocked form
+        self.origin: dict[str, str] = {}  # and back
+        self.plain: set[str] = set(graph.inputs) | {
+            n for n, v in graph.values.items() if v.is_const
+        }
+        self.packed: dict[tuple, str] = {}  # (const name, how) -> packed const name
+
+    def run(self) -> Graph:
+        for node in self.g.nodes:
+            new = self._blocked_node(node)
+            if new is None:
+                new = replace(node, inputs=[self.as_nchw(i) if i else i for i in node.inputs])
+                self.plain.update(node.outputs)
+            self.nodes.append(new)
+        outputs = [self.as_nchw(o) for o in self.g.outputs]
+        out = Graph(self.g.name, self.g.inputs, outputs, self.nodes, self.g.values)
+        _drop_unused_values(out)
+        return out
+
+    def _blocked_node(self, node: Node) -> Node | None:
+        rule = self.rule_for(node.op)
+        if rule is None or len(node.outputs) != 1 or not self.blockable(node.outputs[0]):
+            return None
+        return rule(self, node)
+
+    # --- values ---
+
+    def value(self, name: str) -> Value:
+        return self.g.values[name]
+
+    def blockable(self, name: str) -> bool:
+        v = self.value(name)
+        return len(v.shape) == 4 and v.dtype == "float32" and v.shape[1] % self.block == 0
+
+    def is_blocked(self, name: str) -> bool:
+        return name in self.blocked
+
+    def out(self, name: str) -> str:
+        """The blocked form of node output ``name``, registered as a new value."""
+        v = self.value(name)
+        new = self._fresh(f"{name}__{self.layout.lower()}")
+        self.g.values[new] = Value(new, blocked_shape(v.shape, self.block), v.dtype)
+        self.blocked[name] = new
+        self.origin[new] = name
+        return new
+
+    def const(self, source: str, how: str, data) -> str:
+        """A new constant from ``source`` re-laid out (``how`` names the re-layout)."""
+        key = (source, how)
+        if key not in self.packed:
+            name = self._fresh(f"{source}__{how}")
+            self.g.values[name] = Value(name, tuple(data.shape), self.value(source).dtype, data)
+            self.packed[key] = name
+        return self.packed[key]
+
+    def _fresh(self, name: str) -> str:
+        base, k = name, 1
+        while name in self.g.values:
+            name, k = f"{base}_{k}", k + 1
+        return name
+
+    # --- boundaries ---
+
+    def as_blocked(self, name: str) -> str | None:
+        """``name`` in blocked form: as is, packed (constants) or through a transform."""
+        if name in self.blocked:
+            return self.blocked[name]
+        v = self.value(name)
+        if not self.blockable(name):
+            return None
+        if v.is_const:
+            return self.const(
+                name, self.layout.lower(), pack_operand(v.data, v.shape[1], self.block)
+            )
+        self._transform(name, self.out(name), "NCHW", self.layout, v.shape[1])
+        return self.blocked[name]
+
+    def as_nchw(self, name: str) -> str:
+        """``name`` in NCHW form, transformed back from its blocked form on first need."""
+        if name not in self.plain:
+            channels = self.value(name).shape[1]
+            self._transform(self.blocked[name], name, self.layout, "NCHW", channels)
+            self.plain.add(name)
+        return name
+
+    def _transform(self, src: str, dst: str, src_layout: str, dst_layout: str, channels: int):
+        attrs = {"src": src_layout, "dst": dst_layout, "channels": channels}
+        name = f"layout_{dst}"
+        self.nodes.append(Node("layout_transform", name, [src], [dst], attrs, source=name))
+
+    def operand_fits(self, name: str, channels: int) -> bool:
+        """Whether ``name`` has a blocked form, with no transform, as an input of a
+        broadcasting op whose output has ``channels`` channels. Only convs pull a
+        tensor into the blocked layout: an add of a blocked and a plain tensor runs in
+        NCHW, so that its output needs no transform for NCHW consumers either."""
+        v = self.value(name)
+        if name in self.blocked or all(d == 1 for d in v.shape):
+            return True
+        return v.is_const and pack_operand(v.data, channels, self.block) is not None
+
+    def operand(self, name: str, channels: int) -> str:
+        """An input of a broadcasting op whose output is (N, channels, H, W), in the
+        form that broadcasts against the blocked output (see operand_fits)."""
+        v = self.value(name)
+        if name in self.blocked:
+            return self.blocked[name]
+        if all(d == 1 for d in v.shape):
+            return name  # scalars broadcast against any layout
+        data = pack_operand(v.data, channels, self.block)
+        return self.const(name, f"{self.layout.lower()}_operand", data)
+
+
+def _drop_unused_values(g: Graph) -> None:
+    """Forget values nothing refers to any more (the unpacked weights, above all)."""
+    used = set(g.inputs) | set(g.outputs)
+    for n in g.nodes:
+        used.update(n.inputs)
+        used.update(n.outputs)
+    for name in [n for n in g.values if n not in used]:
+        del g.values[name]

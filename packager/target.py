@@ -1,0 +1,162 @@
+"""What the compiler targets: one ``Target`` per device family of a board, built from its
+profile (packager/boards.py). Lowering, the schedule templates and the tuner read the
+facts they need from it, never from the profile or from loose numbers.
+
+A family's properties are a frozen dataclass of their own (each class's docstring says
+what its fields mean):
+
+- ``cpu``, ``CpuTarget``: arch, model, isa_flags, vector_bits, cores, big_cores,
+  l1d_bytes, l2_bytes.
+- ``opencl``, ``OpenCLTarget``: device, compute_units, max_work_group_size,
+  max_work_item_sizes, local_memory_bytes, preferred_vector_width, fp16, version.
+- ``accel``, ``AccelTarget``: none yet; asking a board for one is refused.
+
+A board always has its cpu target; it has an opencl one when its profile has an
+``opencl`` section (``targets_of``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .boards import Board
+from .errors import PackagerError
+
+KIB = 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """Base of every family: ``family`` names it, ``board`` is the profile it came from
+    ("" for the generic cpu target lowering uses when no board is given)."""
+
+    family: ClassVar[str] = ""
+    board: str = ""
+
+    @classmethod
+    def of(cls, board: Board) -> Target:
+        """This family's target of ``board`` (each family defines it)."""
+        raise NotImplementedError(f"{cls.__name__} is not a target family")
+
+    @staticmethod
+    def cpu(board: Board) -> CpuTarget:
+        """The board's CPU target (every board has one)."""
+        return CpuTarget.of(board)
+
+    @staticmethod
+    def opencl(board: Board) -> OpenCLTarget:
+        """The board's OpenCL target; PackagerError when its profile has no opencl section."""
+        return OpenCLTarget.of(board)
+
+    @staticmethod
+    def for_family(board: Board, family: str) -> Target:
+        """The board's target of ``family``; PackagerError when it has none."""
+        make = FAMILIES.get(family)
+        if make is None:
+            raise PackagerError(f"unknown target family {family!r} (known: {', '.join(FAMILIES)})")
+        return make.of(board)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CpuTarget(Target):
+    """The board's CPU. The defaults are the generic target: the packager's own kind of
+    machine (256-bit vectors), one thread.
+
+    model: the CPU model the compiler tunes for (``cortex-a72``, ``native``); isa_flags:
+    the profile's compiler flags that choose the instruction set (``-m...``:
+    ``-mcpu=cortex-a72``, ``-mfpu=neon``, ``-march=native``); vector_bits: the SIMD width
+    kernels are scheduled for; cores: threads a kernel may use; big_cores: the CPU ids the
+    bundle is pinned to on a big.LITTLE board; l1d_bytes, l2_bytes: cache sizes where the
+    profile gives them.
+    """
+
+    family: ClassVar[str] = "cpu"
+    arch: str = "x86_64"
+    model: str = "native"
+    isa_flags: tuple[str, ...] = ()
+    vector_bits: int = 256
+    cores: int = 1
+    big_cores: tuple[int, ...] = ()
+    l1d_bytes: int | None = None
+    l2_bytes: int | None = None
+
+    @classmethod
+    def of(cls, board: Board) -> CpuTarget:
+        cache = board.cache
+        return cls(
+            board=board.name,
+            arch=board.arch,
+            model=board.cpu,
+            isa_flags=tuple(f for f in board.toolchain.cflags if f.startswith("-m")),
+            vector_bits=board.vector_bits,
+            cores=board.cores,
+            big_cores=tuple(board.big_cores),
+            l1d_bytes=_bytes(cache.l1d_kib if cache else None),
+            l2_bytes=_bytes(cache.l2_kib if cache else None),
+        )
+
+    @property
+    def lanes(self) -> int:
+        """float32 lanes in one vector register (at least 1)."""
+        return max(1, self.vector_bits // 32)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpenCLTarget(Target):
+    """The board's OpenCL GPU, as its profile's ``opencl`` section describes it (the
+    figures its driver reports: docs/boards.md). local_memory_bytes is one work-group's
+    local memory; preferred_vector_width is in float lanes; version is the OpenCL C
+    version, e.g. "1.2"."""
+
+    family: ClassVar[str] = "opencl"
+    device: str
+    compute_units: int
+    max_work_group_size: int
+    max_work_item_sizes: tuple[int, ...]
+    local_memory_bytes: int
+    preferred_vector_width: int
+    fp16: bool
+    version: str
+
+    @classmethod
+    def of(cls, board: Board) -> OpenCLTarget:
+        oc = board.opencl
+        if oc is None:
+            raise PackagerError(f"board {board.name!r} has no opencl section in its profile")
+        return cls(
+            board=board.name,
+            device=oc.device,
+            compute_units=oc.compute_units,
+            max_work_group_size=oc.max_work_group_size,
+            max_work_item_sizes=tuple(oc.max_work_item_sizes),
+            local_memory_bytes=oc.local_memory_kib * KIB,
+            preferred_vector_width=oc.preferred_vector_width,
+            fp16=oc.fp16,
+            version=oc.version,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class AccelTarget(Target):
+    """The FPGA accelerator family: a placeholder until its profile section and lowering
+    exist (its GEMM shape, buffer sizes, clock and DMA bandwidth will be fields here)."""
+
+    family: ClassVar[str] = "accel"
+
+    @classmethod
+    def of(cls, board: Board) -> AccelTarget:
+        raise PackagerError(f"board {board.name!r}: accel targets are not supported yet")
+
+
+FAMILIES: dict[str, type[Target]] = {t.family: t for t in (CpuTarget, OpenCLTarget, AccelTarget)}
+
+
+def targets_of(board: Board) -> tuple[Target, ...]:
+    """Every target the board offers: its CPU, then its OpenCL GPU when the profile has one."""
+    gpu = (OpenCLTarget.of(board),) if board.opencl is not None else ()
+    return (CpuTarget.of(board), *gpu)
+
+
+def _bytes(kib: int | None) -> int | None:
+    return None if kib is None else kib * KIB
