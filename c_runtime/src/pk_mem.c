@@ -35,9 +35,14 @@ void pk_aligned_free(void* p) {
     free(raw);
 }
 
+const char* pk_short_path(const char* path) {
+    size_t n = strlen(path);
+    return n > 200 ? path + n - 200 : path;
+}
+
 #if PK_POSIX_FILES
 static pk_status not_regular(const char* path, mode_t mode) {
-    return pk_fail(PK_ERR_IO, "%s: not a regular file (a %s)", path,
+    return pk_fail(PK_ERR_IO, "%s: not a regular file (a %s)", pk_short_path(path),
                    S_ISDIR(mode)    ? "directory"
                    : S_ISFIFO(mode) ? "FIFO"
                    : S_ISSOCK(mode) ? "socket"
@@ -47,7 +52,7 @@ static pk_status not_regular(const char* path, mode_t mode) {
 pk_status pk_check_regular_file(const char* path) {
     struct stat st;
     if (stat(path, &st) != 0)
-        return pk_fail(PK_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+        return pk_fail(PK_ERR_IO, "%s: cannot open (%s)", pk_short_path(path), strerror(errno));
     return S_ISREG(st.st_mode) ? PK_OK : not_regular(path, st.st_mode);
 }
 
@@ -55,14 +60,15 @@ pk_status pk_check_regular_file(const char* path) {
 pk_status pk_read_file(const char* path, void** data, size_t* len) {
     struct stat st;
     int fd = open(path, O_RDONLY | O_NONBLOCK);
-    if (fd < 0) return pk_fail(PK_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    if (fd < 0)
+        return pk_fail(PK_ERR_IO, "%s: cannot open (%s)", pk_short_path(path), strerror(errno));
     pk_status s = PK_OK;
     if (fstat(fd, &st) != 0)
-        s = pk_fail(PK_ERR_IO, "%s: cannot stat (%s)", path, strerror(errno));
+        s = pk_fail(PK_ERR_IO, "%s: cannot stat (%s)", pk_short_path(path), strerror(errno));
     else if (!S_ISREG(st.st_mode))
         s = not_regular(path, st.st_mode);
     else if (st.st_size < 0 || (uint64_t)st.st_size >= SIZE_MAX / 2)
-        s = pk_fail(PK_ERR_IO, "%s: file too large", path);
+        s = pk_fail(PK_ERR_IO, "%s: file too large", pk_short_path(path));
     if (s) {
         close(fd);
         return s;
@@ -71,7 +77,7 @@ pk_status pk_read_file(const char* path, void** data, size_t* len) {
     unsigned char* buf = pk_aligned_alloc(size + 1);
     if (!buf) {
         close(fd);
-        return pk_fail(PK_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, size);
+        return pk_fail(PK_ERR_NOMEM, "%s: cannot allocate %zu bytes", pk_short_path(path), size);
     }
     while (got < size) {
         ssize_t n = read(fd, buf + got, size - got);
@@ -82,7 +88,8 @@ pk_status pk_read_file(const char* path, void** data, size_t* len) {
     close(fd);
     if (got != size) {
         pk_aligned_free(buf);
-        return pk_fail(PK_ERR_IO, "%s: short read (%zu of %zu bytes)", path, got, size);
+        return pk_fail(PK_ERR_IO, "%s: short read (%zu of %zu bytes)", pk_short_path(path), got,
+                       size);
     }
     buf[size] = 0;
     *data = buf;
@@ -92,30 +99,31 @@ pk_status pk_read_file(const char* path, void** data, size_t* len) {
 #else
 pk_status pk_check_regular_file(const char* path) {
     FILE* f = fopen(path, "rb");
-    if (!f) return pk_fail(PK_ERR_IO, "%s: cannot open", path);
+    if (!f) return pk_fail(PK_ERR_IO, "%s: cannot open", pk_short_path(path));
     fclose(f);
     return PK_OK;
 }
 
 pk_status pk_read_file(const char* path, void** data, size_t* len) {
     FILE* f = fopen(path, "rb");
-    if (!f) return pk_fail(PK_ERR_IO, "%s: cannot open", path);
+    if (!f) return pk_fail(PK_ERR_IO, "%s: cannot open", pk_short_path(path));
     long size = -1;
     if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
     if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
         fclose(f);
-        return pk_fail(PK_ERR_IO, "%s: cannot determine size", path);
+        return pk_fail(PK_ERR_IO, "%s: cannot determine size", pk_short_path(path));
     }
     unsigned char* buf = pk_aligned_alloc((size_t)size + 1);
     if (!buf) {
         fclose(f);
-        return pk_fail(PK_ERR_NOMEM, "%s: cannot allocate %ld bytes", path, size);
+        return pk_fail(PK_ERR_NOMEM, "%s: cannot allocate %ld bytes", pk_short_path(path), size);
     }
     size_t got = fread(buf, 1, (size_t)size, f);
     fclose(f);
     if (got != (size_t)size) {
         pk_aligned_free(buf);
-        return pk_fail(PK_ERR_IO, "%s: short read (%zu of %ld bytes)", path, got, size);
+        return pk_fail(PK_ERR_IO, "%s: short read (%zu of %ld bytes)", pk_short_path(path), got,
+                       size);
     }
     buf[size] = 0;
     *data = buf;
