@@ -217,3 +217,22 @@ def test_misaligned_npy(tiny, tmp_path, pad):
         np.testing.assert_array_equal(np.load(bad / "selftest" / name), a)
     r = run(exe, bad, "--selftest")
     assert r.returncode == 0 and "selftest: PASS" in r.stdout, r.stdout + r.stderr
+
+
+def test_registry_source_lists_signatures_sorted():
+    from packager.bundle import registry_source
+    from packager.lowering import Kernel
+
+    kernels = [
+        Kernel("k_1_relu", "", "relu", ("float32[2,3]", "float32[2,3]")),
+        Kernel("k_0_add", "", "add", ("float32[2,3]", "float32[]", "float32[2,3]")),
+    ]
+    src = registry_source(kernels)
+    assert src == registry_source(kernels[::-1])  # deterministic, whatever the order
+    assert (
+        "const pk_kernel_entry pk_kernel_table[] = {\n"
+        '    {"k_0_add", k_0_add, "float32[2,3] float32[] float32[2,3]"},\n'
+        '    {"k_1_relu", k_1_relu, "float32[2,3] float32[2,3]"},\n'
+        "    {0, 0, 0},\n};\nconst int32_t pk_kernel_count = 2;\n"
+    ) in src
+    assert "{0, 0, 0},\n};\nconst int32_t pk_kernel_count = 0;" in registry_source([])
