@@ -115,6 +115,14 @@ def test_registry_edits_refused(tiny, tmp_path):
         cmake_build(bad, tmp_path / "build", f"-DPK_CFLAGS={SANITIZE}")
         r = run(tmp_path / "build" / "run_bundle", bad, "--selftest")
         check_refused(r, "cannot load bundle", message)
+    # Unsorted but consistent: found by a linear scan, and the bundle runs.
+    lines = good.splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if line.startswith('    {"k_0_'))
+    lines[first], lines[first + 1] = lines[first + 1], lines[first]
+    registry.write_text("".join(lines))
+    cmake_build(bad, tmp_path / "build", f"-DPK_CFLAGS={SANITIZE}")
+    r = run(tmp_path / "build" / "run_bundle", bad, "--selftest")
+    assert r.returncode == 0 and "selftest: PASS" in r.stdout, r.stdout + r.stderr
 
 
 VICTIMS = [
