@@ -83,15 +83,15 @@ def graph_json(graph: Graph, funcs: list[str], plan: MemoryPlan) -> dict:
 
 
 def registry_source(kernels: list[Kernel]) -> str:
-    funcs = sorted(k.func for k in kernels)
+    """kernels/registry.c: the kernel table sorted by name (the runtime bisects), each
+    function with its argument signature, ended by the {0, 0, 0} sentinel."""
+    by_name = sorted(kernels, key=lambda k: k.func)
     lines = ['#include "pk_kernel.h"', ""]
-    lines += [f"int32_t {f}(void *const *args);" for f in funcs]
+    lines += [f"int32_t {k.func}(void *const *args);" for k in by_name]
     lines += ["", "/* Sorted by name: the runtime looks functions up by bisection. */"]
     lines += ["const pk_kernel_entry pk_kernel_table[] = {"]
-    lines += [f'    {{"{f}", {f}}},' for f in funcs]
-    if not funcs:
-        lines += ["    {0, 0},"]
-    lines += ["};", f"const int32_t pk_kernel_count = {len(funcs)};", ""]
+    lines += [f'    {{"{k.func}", {k.func}, "{" ".join(k.signature)}"}},' for k in by_name]
+    lines += ["    {0, 0, 0},", "};", f"const int32_t pk_kernel_count = {len(by_name)};", ""]
     return "\n".join(lines)
 
 

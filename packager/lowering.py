@@ -30,6 +30,14 @@ class Kernel:
     func: str  # C function name
     source: str  # the translation unit
     op: str
+    # One "dtype[d0,d1,...]" per argument (inputs, then outputs): the runtime checks every
+    # node calling the function against it (docs/bundle-format.md, Kernels).
+    signature: tuple[str, ...] = ()
+
+
+def arg_signature(shape, dtype: str) -> str:
+    """An argument as kernels/registry.c spells it: float32[1,3,8,8]; a scalar is float32[]."""
+    return f"{dtype}[{','.join(str(int(d)) for d in shape)}]"
 
 
 def _canon(x):
@@ -115,7 +123,9 @@ def lower_node(
         prim = allow_alias(te.lower(sch, args + outs, func), inplace, len(args))
     except Exception as e:
         raise PackagerError(f"node '{node.source}' ({node.op}): lowering failed: {e}") from e
-    return Kernel(func, codegen_c(prim), node.op)
+    values = [graph.values[n] for n in [*node.inputs, *node.outputs]]
+    signature = tuple(arg_signature(v.shape, v.dtype) for v in values)
+    return Kernel(func, codegen_c(prim), node.op, signature)
 
 
 def lower_graph(

@@ -9,9 +9,10 @@ need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need_apt+=(python3-venv)
 # Real boards in the tests: an SSH server, qemu-user to run ARM binaries, the cross
-# compilers (their libc is the sysroot that qemu-user -L points at).
+# compilers (their libc is the sysroot that qemu-user -L points at); clang and its
+# libFuzzer runtime for the runtime's fuzzers (bench/fuzz.py, tests/test_fuzz.py).
 for pkg in openssh-server qemu-user gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf \
-  libc6-dev-arm64-cross libc6-dev-armhf-cross; do
+  libc6-dev-arm64-cross libc6-dev-armhf-cross clang libclang-rt-14-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -199,7 +199,11 @@ int32_t k_relu_6(void* const* args) {
 REGISTRY = """#include "pk_kernel.h"
 int32_t k_add_6(void* const* args);
 int32_t k_relu_6(void* const* args);
-const pk_kernel_entry pk_kernel_table[] = {{"k_add_6", k_add_6}, {"k_relu_6", k_relu_6}};
+const pk_kernel_entry pk_kernel_table[] = {
+    {"k_add_6", k_add_6, "float32[2,3] float32[2,3] float32[2,3]"},
+    {"k_relu_6", k_relu_6, "float32[2,3] float32[2,3]"},
+    {0, 0, 0},
+};
 const int32_t pk_kernel_count = 2;
 """
 BIAS = np.array([[0.5, -1, 2], [-3, 0, 1]], dtype=np.float32)

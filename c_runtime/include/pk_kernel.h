@@ -16,13 +16,19 @@ extern "C" {
  * when the data make the computation impossible. */
 typedef int32_t (*pk_kernel_fn)(void* const* args);
 
+/* A kernel function and its signature: one "dtype[d0,d1,...]" per argument (inputs, then
+ * outputs), separated by single spaces, e.g. "float32[1,3,8,8] float32[4] float32[1,4,6,6]";
+ * a scalar is "float32[]". The runtime checks every node calling `fn` against it at load. */
 typedef struct {
     const char* name;
     pk_kernel_fn fn;
+    const char* signature;
 } pk_kernel_entry;
 
-/* Defined by kernels/registry.c. The runtime bisects when the table is sorted by strcmp
- * order of names (the packager writes it so) and scans linearly otherwise. */
+/* Defined by kernels/registry.c: pk_kernel_count entries sorted by strcmp order of names
+ * (the runtime bisects; it scans linearly if they are not sorted), then a {0, 0, 0}
+ * sentinel. A table whose sentinel is not at pk_kernel_count, or with duplicate names or
+ * a missing function or signature, is refused at load. */
 extern const pk_kernel_entry pk_kernel_table[];
 extern const int32_t pk_kernel_count;
 

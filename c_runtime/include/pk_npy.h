@@ -13,13 +13,14 @@ typedef struct {
     pk_dtype dtype;
     int32_t ndim;
     int64_t shape[PK_MAX_NDIM];
-    const void* data; /* points into the parsed buffer */
+    const void* data; /* into the parsed buffer; pk_npy_load aligns it to 64 bytes */
     size_t bytes;
 } pk_npy;
 
 /* Parses an .npy image held in buf; `what` names it in messages (e.g. the file path). */
 pk_status pk_npy_parse(const void* buf, size_t len, const char* what, pk_npy* out);
-/* Reads and parses a file; *buffer holds the file and must be released with pk_npy_free. */
+/* Reads and parses a regular file (directories and FIFOs are refused unread); *buffer holds
+ * the file and must be released with pk_npy_free. */
 pk_status pk_npy_load(const char* path, pk_npy* out, void** buffer);
 void pk_npy_free(void* buffer);
 /* Writes an .npy (format 1.0, or 2.0 when the header needs it). */

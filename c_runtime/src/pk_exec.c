@@ -182,20 +182,32 @@ pk_status pk_graph_memory_bytes(const char* json, size_t json_len, size_t* out) 
     return s;
 }
 
+/* DIR/NAME in a new malloc'ed string (no length limit of our own), or NULL. */
+static char* join_path(const char* dir, const char* name) {
+    size_t a = strlen(dir), b = strlen(name);
+    char* p = malloc(a + b + 2);
+    if (p) {
+        memcpy(p, dir, a);
+        p[a] = '/';
+        memcpy(p + a + 1, name, b + 1);
+    }
+    return p;
+}
+
 pk_status pk_graph_load_dir(const char* dir, pk_graph** out) {
-    char path[4096];
     void *json = NULL, *params = NULL;
     size_t json_len = 0, params_len = 0;
     if (!out || !dir) return pk_fail(PK_ERR_ARG, "pk_graph_load_dir: NULL argument");
     *out = NULL;
-    if (snprintf(path, sizeof path, "%s/graph.json", dir) >= (int)sizeof path)
-        return pk_fail(PK_ERR_ARG, "bundle path is too long");
-    pk_status s = pk_read_file(path, &json, &json_len);
-    if (s) return s;
-    snprintf(path, sizeof path, "%s/params.bin", dir);
-    s = pk_read_file(path, &params, &params_len);
+    char* gpath = join_path(dir, "graph.json");
+    char* ppath = join_path(dir, "params.bin");
+    pk_status s = gpath && ppath ? PK_OK : pk_fail(PK_ERR_NOMEM, "out of memory");
+    if (!s) s = pk_read_file(gpath, &json, &json_len);
+    if (!s) s = pk_read_file(ppath, &params, &params_len);
     if (!s) s = create(json, json_len, params, params_len, params, NULL, 0, out);
     pk_aligned_free(json);
+    free(gpath);
+    free(ppath);
     return s;
 }
 

@@ -438,18 +438,51 @@ static pk_status check_storage_use(pk_graph* g) {
     return s;
 }
 
+/* The kernel table ends with a {0, 0, 0} sentinel exactly at pk_kernel_count: finding it
+ * there (stopping at the first NULL name) keeps an edited count from reading past the
+ * table. Names must be unique and every entry needs a function and a signature. */
+static pk_status check_kernel_table(int* sorted) {
+    int32_t n = 0;
+    while (n < pk_kernel_count && pk_kernel_table[n].name)
+        n++;
+    if (pk_kernel_count < 0 || n < pk_kernel_count)
+        return pk_fail(PK_ERR_FORMAT,
+                       "kernel table: pk_kernel_count is %d, but the {0, 0, 0} sentinel is "
+                       "entry %d",
+                       (int)pk_kernel_count, (int)n);
+    if (pk_kernel_table[n].name)
+        return pk_fail(PK_ERR_FORMAT,
+                       "kernel table: entry %d ('%s') should be the {0, 0, 0} sentinel after "
+                       "pk_kernel_count = %d entries",
+                       (int)n, pk_kernel_table[n].name, (int)pk_kernel_count);
+    *sorted = 1;
+    for (int32_t i = 0; i < n; i++) {
+        const pk_kernel_entry* k = &pk_kernel_table[i];
+        if (!k->fn || !k->signature)
+            return pk_fail(PK_ERR_FORMAT, "kernel table: entry %d '%s' has no %s", (int)i, k->name,
+                           k->fn ? "signature" : "function");
+        if (i > 0 && strcmp(pk_kernel_table[i - 1].name, k->name) >= 0) *sorted = 0;
+    }
+    for (int32_t i = 0; i < n && !*sorted; i++)
+        for (int32_t j = 0; j < i; j++)
+            if (!strcmp(pk_kernel_table[i].name, pk_kernel_table[j].name))
+                return pk_fail(PK_ERR_FORMAT, "kernel table: entries %d and %d share name '%s'",
+                               (int)j, (int)i, pk_kernel_table[i].name);
+    return PK_OK;
+}
+
 /* Kernel lookup: bisect when the table is sorted (the packager writes it so), else scan. */
-static pk_kernel_fn find_kernel(const char* name, int sorted) {
+static const pk_kernel_entry* find_kernel(const char* name, int sorted) {
     int32_t lo = 0, hi = pk_kernel_count;
     if (!sorted) {
         for (int32_t i = 0; i < pk_kernel_count; i++)
-            if (!strcmp(pk_kernel_table[i].name, name)) return pk_kernel_table[i].fn;
+            if (!strcmp(pk_kernel_table[i].name, name)) return &pk_kernel_table[i];
         return NULL;
     }
     while (lo < hi) {
         int32_t mid = lo + (hi - lo) / 2;
         int c = strcmp(pk_kernel_table[mid].name, name);
-        if (c == 0) return pk_kernel_table[mid].fn;
+        if (c == 0) return &pk_kernel_table[mid];
         if (c < 0)
             lo = mid + 1;
         else
@@ -458,20 +491,60 @@ static pk_kernel_fn find_kernel(const char* name, int sorted) {
     return NULL;
 }
 
+/* An entry as the signatures spell it: "float32[1,3,8,8]" (at most 32 dims of 20 digits). */
+static void describe_entry(const pk_entry* en, char* buf, size_t cap) {
+    int n = snprintf(buf, cap, "%s[", pk_dtype_name((pk_dtype)en->dtype));
+    for (int32_t i = 0; i < en->ndim && n > 0 && (size_t)n < cap; i++)
+        n += snprintf(buf + n, cap - (size_t)n, "%s%lld", i ? "," : "", (long long)en->shape[i]);
+    if (n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, "]");
+}
+
+/* The node's arguments (its inputs, then its outputs) must be exactly what the function
+ * was generated for: a wrong buffer size would make the kernel read or write out of bounds. */
+static pk_status check_signature(const pk_graph* g, int32_t n, const pk_kernel_entry* k) {
+    const pk_node* node = &g->nodes[n];
+    int32_t nargs = node->num_inputs + node->num_outputs, want = k->signature[0] != 0;
+    for (const char* c = k->signature; *c; c++)
+        want += *c == ' ';
+    if (want != nargs)
+        return pk_fail(PK_ERR_FORMAT,
+                       GJ ": nodes[%d] '%s': func '%s' takes %d arguments, the node passes %d "
+                          "(%d inputs, %d outputs)",
+                       (int)n, node->name, node->func, (int)want, (int)nargs, (int)node->num_inputs,
+                       (int)node->num_outputs);
+    const char* sig = k->signature;
+    for (int32_t a = 0; a < nargs; a++) {
+        char got[32 * 21 + 16];
+        size_t len = strcspn(sig, " ");
+        int32_t e = a < node->num_inputs ? node->inputs[a] : g->row_ptr[n] + a - node->num_inputs;
+        describe_entry(&g->entries[e], got, sizeof got);
+        if (strlen(got) != len || memcmp(got, sig, len) != 0)
+            return pk_fail(
+                PK_ERR_FORMAT,
+                GJ ": nodes[%d] '%s': func '%s' argument %d (%s %d): expected %.*s, "
+                   "got %s",
+                (int)n, node->name, node->func, (int)a, a < node->num_inputs ? "input" : "output",
+                (int)(a < node->num_inputs ? a : a - node->num_inputs), (int)len, sig, got);
+        sig += len + (sig[len] == ' ');
+    }
+    return PK_OK;
+}
+
 static pk_status resolve_kernels(pk_graph* g) {
-    int sorted = 1;
-    for (int32_t i = 1; i < pk_kernel_count; i++)
-        if (strcmp(pk_kernel_table[i - 1].name, pk_kernel_table[i].name) >= 0) sorted = 0;
-    for (int32_t n = 0; n < g->num_nodes; n++) {
+    int sorted;
+    pk_status s = check_kernel_table(&sorted);
+    for (int32_t n = 0; n < g->num_nodes && !s; n++) {
         pk_node* node = &g->nodes[n];
         if (node->op != PK_NODE_KERNEL) continue;
-        node->fn = find_kernel(node->func, sorted);
-        if (!node->fn)
+        const pk_kernel_entry* k = find_kernel(node->func, sorted);
+        if (!k)
             return pk_fail(PK_ERR_FORMAT,
                            GJ ": nodes[%d] '%s': func '%s' is not in the kernel table", (int)n,
                            node->name, node->func);
+        node->fn = k->fn;
+        s = check_signature(g, n, k);
     }
-    return PK_OK;
+    return s;
 }
 
 /* Entries sharing an arena storage id must have disjoint lifetimes: every read must see the

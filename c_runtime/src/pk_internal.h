@@ -42,8 +42,14 @@ size_t pk_align_up(size_t n); /* to PK_ALIGN; caller ensures no overflow */
 /* ---- memory (pk_mem.c) ---- */
 void* pk_aligned_alloc(size_t bytes); /* 64-aligned, zeroed; free with pk_aligned_free */
 void pk_aligned_free(void* p);
-/* Reads a whole file into a 64-aligned buffer with one spare NUL byte after the data. */
+/* Reads a whole regular file into a 64-aligned buffer with one spare NUL byte after the
+ * data. Directories, FIFOs and devices are refused without reading (PK_ERR_IO). */
 pk_status pk_read_file(const char* path, void** data, size_t* len);
+/* The last 200 characters of a path, for messages: a long path must leave room for the
+ * reason after it in the 512-byte message buffer. */
+const char* pk_short_path(const char* path);
+/* PK_OK if path names a regular file, else PK_ERR_IO with a message saying what it is. */
+pk_status pk_check_regular_file(const char* path);
 
 /* ---- JSON (pk_json.c) ---- */
 typedef enum { PJ_NULL, PJ_BOOL, PJ_NUM, PJ_STR, PJ_ARR, PJ_OBJ } pj_type;

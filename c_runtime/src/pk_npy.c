@@ -3,6 +3,7 @@
 #include "pk_npy.h"
 #include "pk_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,7 +140,11 @@ pk_status pk_npy_load(const char* path, pk_npy* out, void** buffer) {
     size_t len;
     *buffer = NULL;
     pk_status s = pk_read_file(path, buffer, &len);
-    if (!s) s = pk_npy_parse(*buffer, len, path, out);
+    if (!s) s = pk_npy_parse(*buffer, len, pk_short_path(path), out);
+    /* The header length is the file's choice; move the data to the 64-aligned start of the
+     * buffer so it can be read as its dtype. */
+    if (!s && (uintptr_t)out->data % PK_ALIGN != 0)
+        out->data = memmove(*buffer, out->data, out->bytes);
     if (s) {
         pk_aligned_free(*buffer);
         *buffer = NULL;
@@ -171,7 +176,8 @@ pk_status pk_npy_save(const char* path, pk_dtype dtype, int32_t ndim, const int6
     if (v2) total = pk_align_up(12 + (size_t)n + 1);
     size_t start = v2 ? 12 : 10, hlen = total - start;
     FILE* f = fopen(path, "wb");
-    if (!f) return pk_fail(PK_ERR_IO, "%s: cannot create", path);
+    if (!f)
+        return pk_fail(PK_ERR_IO, "%s: cannot create (%s)", pk_short_path(path), strerror(errno));
     unsigned char pre[12] = {0x93, 'N', 'U', 'M', 'P', 'Y', v2 ? 2 : 1, 0};
     for (size_t i = 0; i < start - 8; i++)
         pre[8 + i] = (unsigned char)(hlen >> (8 * i));
@@ -180,5 +186,5 @@ pk_status pk_npy_save(const char* path, pk_dtype dtype, int32_t ndim, const int6
         ok = fputc(' ', f) != EOF;
     ok = ok && fputc('\n', f) != EOF && (bytes == 0 || fwrite(data, 1, bytes, f) == bytes);
     ok = fclose(f) == 0 && ok;
-    return ok ? PK_OK : pk_fail(PK_ERR_IO, "%s: write failed", path);
+    return ok ? PK_OK : pk_fail(PK_ERR_IO, "%s: write failed", pk_short_path(path));
 }

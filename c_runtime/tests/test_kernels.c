@@ -35,8 +35,9 @@ static int32_t k_check4(void* const* args) {
 }
 
 const pk_kernel_entry pk_kernel_table[] = {
-    {"k_add4", k_add4},
-    {"k_check4", k_check4},
-    {"k_relu4", k_relu4},
+    {"k_add4", k_add4, "float32[4] float32[4] float32[4]"},
+    {"k_check4", k_check4, "float32[4] float32[4]"},
+    {"k_relu4", k_relu4, "float32[4] float32[4]"},
+    {0, 0, 0},
 };
 const int32_t pk_kernel_count = 3;

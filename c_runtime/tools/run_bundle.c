@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,23 @@ static int fail(int code, const char* fmt, const char* a, const char* b) {
     return code;
 }
 
+/* A malloc'ed string: paths are built to their length, so no path is too long for us (the
+ * system may still refuse one: ENAMETOOLONG is reported like any other error). */
+static char* str_printf(const char* fmt, ...) PK_PRINTF(1, 2);
+static char* str_printf(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char* out = n < 0 ? NULL : malloc((size_t)n + 1);
+    if (out) {
+        va_start(ap, fmt);
+        vsnprintf(out, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    return out;
+}
+
 static int status_exit(pk_status s) {
     return s == PK_ERR_NOMEM ? EXIT_INTERNAL : EXIT_BAD_INPUT;
 }
@@ -72,7 +90,7 @@ static int parse_number(const char* s, double* out) {
     char* end;
     errno = 0;
     *out = strtod(s, &end);
-    return *s && !*end && !errno && *out >= 0;
+    return *s && !*end && !errno && isfinite(*out) && *out >= 0;
 }
 
 /* Returns -1 on success, else an exit code. */
@@ -167,25 +185,28 @@ static int set_input_file(pk_graph* g, int32_t i, const char* path) {
 static int set_inputs(pk_graph* g, const options* o) {
     int32_t n = pk_graph_num_inputs(g);
     char* given = calloc((size_t)n + 1, 1);
-    char path[4096], name[1024];
     int rc = -1;
     if (!given) return fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
     for (int32_t i = 0; i < (o->selftest ? n : o->num_inputs) && rc < 0; i++) {
         int32_t k = i;
+        char *path, *name = NULL;
         if (o->selftest) {
-            snprintf(path, sizeof path, "%s/selftest/input_%d.npy", o->bundle, (int)i);
+            path = str_printf("%s/selftest/input_%d.npy", o->bundle, (int)i);
         } else {
             const char* eq = strchr(o->inputs[i], '=');
-            snprintf(name, sizeof name, "%.*s", (int)(eq - o->inputs[i]), o->inputs[i]);
-            snprintf(path, sizeof path, "%s", eq + 1);
-            k = pk_graph_input_index(g, name);
-            if (k < 0)
+            name = str_printf("%.*s", (int)(eq - o->inputs[i]), o->inputs[i]);
+            path = str_printf("%s", eq + 1);
+            k = name ? pk_graph_input_index(g, name) : 0;
+            if (name && k < 0)
                 rc = fail(EXIT_BAD_INPUT, "the model has no input '%s'%s", name, "");
-            else if (given[k])
+            else if (name && given[k])
                 rc = fail(EXIT_BAD_INPUT, "input '%s' given twice%s", name, "");
         }
+        if (!path || (!o->selftest && !name)) rc = fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
         if (rc < 0) rc = set_input_file(g, k, path);
         if (rc < 0) given[k] = 1;
+        free(path);
+        free(name);
     }
     for (int32_t i = 0; i < n && rc < 0; i++) {
         pk_tensor_info info;
@@ -196,18 +217,23 @@ static int set_inputs(pk_graph* g, const options* o) {
     return rc;
 }
 
+/* mkdir -p; returns 0 or an errno value. */
 static int make_dirs(const char* dir) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) return -1;
-    for (char* p = path + 1;; p++) {
+    char* path = str_printf("%s", dir);
+    if (!path) return ENOMEM;
+    int err = 0;
+    for (char* p = path + 1; !err && p[-1]; p++) {
         if (*p != '/' && *p) continue;
         char c = *p;
         *p = 0;
-        if (mkdir(path, 0777) != 0 && errno != EEXIST) return -1;
-        if (!(*p = c)) break;
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) err = errno;
+        *p = c;
     }
+    free(path);
     struct stat st;
-    return stat(dir, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
+    if (!err && stat(dir, &st) != 0) err = errno;
+    if (!err && !S_ISDIR(st.st_mode)) err = ENOTDIR;
+    return err;
 }
 
 /* Fetches output i into a malloc'ed buffer (at least 1 byte, so 0-byte outputs work). */
@@ -221,23 +247,32 @@ static void* fetch_output(pk_graph* g, int32_t i, pk_tensor_info* info) {
     return data;
 }
 
+/* Where output `name` goes: DIR/<name>.npy, characters outside [A-Za-z0-9._-] as '_'. */
+static char* output_path(const char* dir, const char* name) {
+    char* path = str_printf("%s/%s.npy", dir, name);
+    for (char* c = path ? path + strlen(dir) + 1 : NULL; c && c[4]; c++)
+        if (!((strchr("._-", *c) && *c) || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+              (*c >= '0' && *c <= '9')))
+            *c = '_';
+    return path;
+}
+
+/* A directory or file that cannot be created is the caller's doing: exit 2. */
 static int write_outputs(pk_graph* g, const char* dir) {
-    char path[4096];
-    if (make_dirs(dir) != 0) return fail(EXIT_INTERNAL, "cannot create directory '%s'%s", dir, "");
+    int err = make_dirs(dir);
+    if (err) return fail(EXIT_BAD_INPUT, "cannot create directory '%s': %s", dir, strerror(err));
     for (int32_t i = 0; i < pk_graph_num_outputs(g); i++) {
         pk_tensor_info info;
         void* data = fetch_output(g, i, &info);
-        if (!data) return fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
-        int n = snprintf(path, sizeof path, "%s/", dir);
-        for (const char* c = info.name; *c && (size_t)n + 5 < sizeof path; c++)
-            path[n++] = (strchr("._-", *c) && *c) || (*c >= 'a' && *c <= 'z') ||
-                                (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')
-                            ? *c
-                            : '_';
-        strcpy(path + n, ".npy");
+        char* path = data ? output_path(dir, info.name) : NULL;
+        if (!path) {
+            free(data);
+            return fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
+        }
         pk_status s = pk_npy_save(path, info.dtype, info.ndim, info.shape, data, info.bytes);
         free(data);
-        if (s) return fail(EXIT_INTERNAL, "%s%s", pk_last_error(), "");
+        free(path);
+        if (s) return fail(EXIT_BAD_INPUT, "%s%s", pk_last_error(), "");
     }
     return -1;
 }
@@ -299,38 +334,68 @@ static int compare_output(int32_t i, const pk_tensor_info* info, const void* got
     return bad == 0;
 }
 
-static void read_tolerance(const options* o, double* rtol, double* atol) {
-    char path[4096];
-    void* buf;
+#define MAX_TOLERANCE 1e6
+
+/* One optional field of tolerance.json: a finite number in [0, MAX_TOLERANCE]. */
+static int tolerance_field(const pj_doc* d, const char* key, double* out) {
+    int32_t t = pj_get(d, 0, key);
+    double v;
+    if (t < 0) return -1;
+    if (!pj_double(d, t, &v) || !isfinite(v) || v < 0 || v > MAX_TOLERANCE) {
+        fprintf(stderr, "run_bundle: %s: %s: expected a finite number in [0, %g], got %.*s\n",
+                d->what, key, MAX_TOLERANCE,
+                (int)(d->toks[t].len + 2 * (d->toks[t].type == PJ_STR)),
+                d->src + d->toks[t].start - (d->toks[t].type == PJ_STR));
+        return EXIT_BAD_INPUT;
+    }
+    *out = v;
+    return -1;
+}
+
+/* selftest/tolerance.json when there is one, then --rtol/--atol. Returns -1 or an exit code. */
+static int read_tolerance(const options* o, double* rtol, double* atol) {
+    char* path = str_printf("%s/selftest/tolerance.json", o->bundle);
+    void* buf = NULL;
     size_t len;
     pj_doc d;
-    snprintf(path, sizeof path, "%s/selftest/tolerance.json", o->bundle);
-    FILE* f = fopen(path, "rb");
-    if (f) fclose(f);
-    if (f && pk_read_file(path, &buf, &len) == PK_OK) {
-        if (pj_parse(&d, buf, len, "tolerance.json") == PK_OK) {
-            pj_double(&d, pj_get(&d, 0, "rtol"), rtol);
-            pj_double(&d, pj_get(&d, 0, "atol"), atol);
+    struct stat st;
+    int rc = -1;
+    if (!path) return fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
+    if (stat(path, &st) == 0 || errno != ENOENT) {
+        pk_status s = pk_read_file(path, &buf, &len);
+        if (!s) s = pj_parse(&d, buf, len, path);
+        if (s) {
+            rc = fail(status_exit(s), "%s%s", pk_last_error(), "");
+        } else {
+            if (d.toks[0].type != PJ_OBJ)
+                rc = fail(EXIT_BAD_INPUT, "%s: expected an object {\"rtol\": r, \"atol\": a}%s",
+                          path, "");
+            if (rc < 0) rc = tolerance_field(&d, "rtol", rtol);
+            if (rc < 0) rc = tolerance_field(&d, "atol", atol);
             pj_free(&d);
         }
         pk_aligned_free(buf);
     }
+    free(path);
     if (o->have_rtol) *rtol = o->rtol;
     if (o->have_atol) *atol = o->atol;
+    return rc;
 }
 
 static int selftest(pk_graph* g, const options* o) {
     double rtol = 1e-3, atol = 1e-5;
     int pass = 1;
-    char path[4096];
-    read_tolerance(o, &rtol, &atol);
+    int rc = read_tolerance(o, &rtol, &atol);
+    if (rc >= 0) return rc;
     printf("selftest: rtol %g atol %g\n", rtol, atol);
     for (int32_t i = 0; i < pk_graph_num_outputs(g); i++) {
         pk_tensor_info info;
         pk_npy want;
         void* buf;
-        snprintf(path, sizeof path, "%s/selftest/output_%d.npy", o->bundle, (int)i);
+        char* path = str_printf("%s/selftest/output_%d.npy", o->bundle, (int)i);
+        if (!path) return fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
         pk_status s = pk_npy_load(path, &want, &buf);
+        free(path);
         if (s) return fail(status_exit(s), "%s%s", pk_last_error(), "");
         void* got = fetch_output(g, i, &info);
         if (!got) {
