@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from packager.te.expr import INDEX
 from packager.te.ir import Allocate, For, PrimFunc
 
 from .cstyle import SIZE, Lang, Renderer, captures, read_only, render, stored_buffers
@@ -129,7 +130,7 @@ class CLang(Lang):
         ]
         header += ["    " + u for u in unpack]
         start = f"pk_i + {lo}" if lo != "0" else "pk_i"
-        header.append(f"    const int64_t {ivar} = {start};")
+        header.append(f"    const {r.ctype(INDEX)} {ivar} = {start};")
         if not fields:
             header.append("    (void)c;")
         r.mod.functions.append("\n".join(header + inner.lines[body_start:] + ["}"]))

@@ -26,8 +26,9 @@ through the runtime's thread pool), one of its few methods. The fields:
   ``{short}``, e.g. ``f32``): ``pk_{short}x{lanes}`` or a built-in ``{scalar}{lanes}``;
   ``vector_decl``: the declaration that introduces it (``{name}``, ``{scalar}``,
   ``{bytes}``), None for a built-in type.
-* ``vector_load``: the statement that fills vector ``{dst}`` from ``{buf}[{index}]`` and
-  on (``{lanes}``); ``vector_store``: the one that writes vector ``{src}`` there.
+* ``vector_load``: the statement that fills vector ``{dst}`` (of type ``{type}``) from
+  ``{buf}[{index}]`` and on (``{lanes}`` elements, maybe unaligned); ``vector_store``: the
+  one that writes vector ``{src}`` (of type ``{type}``) there.
 * ``vector_broadcast``: a vector of type ``{type}`` with ``{x}`` in every lane (``{elems}``
   is ``x, x, ...``); ``bitcast``: ``{x}`` reinterpreted as type ``{type}`` (the
   compare-mask blends of selects and min/max).
@@ -400,8 +401,9 @@ class Renderer(StmtVisitor):
         self.depth += 1
         for st, base in stores:
             idx, val = self.expr_cse([base, st.value], vec=(s.var, lanes), vec_root=True)
-            buf = self.name(st.buffer)
-            self.emit(self.lang.vector_store.format(src=val, buf=buf, index=idx, lanes=lanes))
+            fill = dict(buf=self.name(st.buffer), index=idx, lanes=lanes)
+            vt = self.mod.vec(st.buffer.dtype, lanes)
+            self.emit(self.lang.vector_store.format(src=val, type=vt, **fill))
         self.depth -= 1
         self.emit("}")
         return True
@@ -511,7 +513,8 @@ class _Printer:
             return f"{buf}[{self(e.index)}]"
         base = self(self.r.simp(substitute(e.index, {self.vec[0]: Const(0, INDEX)})))
         t = self.r.temp(self.type_of(e), None)
-        self.r.emit(self.lang.vector_load.format(dst=t, buf=buf, index=base, lanes=self.vec[1]))
+        fill = dict(dst=t, type=self.type_of(e), buf=buf, index=base, lanes=self.vec[1])
+        self.r.emit(self.lang.vector_load.format(**fill))
         return t
 
     def _Unary(self, e: Unary) -> str:
