@@ -84,7 +84,18 @@ from packager.te.expr import (
     children,
     substitute,
 )
-from packager.te.ir import Allocate, Barrier, Buffer, BufferLoad, For, PrimFunc, Seq, Stmt, Store
+from packager.te.ir import (
+    Allocate,
+    Barrier,
+    Buffer,
+    BufferLoad,
+    For,
+    IfThenElse,
+    PrimFunc,
+    Seq,
+    Stmt,
+    Store,
+)
 from packager.te.simplify import Simplifier
 from packager.te.visitor import StmtVisitor, stmt_exprs, walk_stmts
 
@@ -329,7 +340,7 @@ class Renderer(StmtVisitor):
         idx, val = self.expr_cse([s.index, s.value])
         self.emit(f"{self.name(s.buffer)}[{idx}] = {val};")
 
-    def visit_IfThenElse(self, s) -> None:
+    def visit_IfThenElse(self, s: IfThenElse) -> None:
         self.emit(f"if ({self.expr_cse([s.cond])[0]}) {{")
         self.block(s.then)
         if s.else_ is not None:
@@ -454,7 +465,7 @@ class _Printer:
             if isinstance(e, Var):
                 got = e is self.vec[0]
             elif isinstance(e, BufferLoad):
-                got = _uses(e.index, self.vec[0])
+                got = _mentions(e.index, self.vec[0])
             else:
                 got = any(self.is_vec(k) for k in children(e))
             self.varying[id(e)] = got
@@ -708,7 +719,7 @@ def read_only(s: Stmt) -> set:
     return {b for k, b in uses.loaded.items() if k not in uses.stored}
 
 
-def _uses(e: Expr, var: Var) -> bool:
+def _mentions(e: Expr, var: Var) -> bool:
     stack, seen = [e], set()
     while stack:
         n = stack.pop()
@@ -767,7 +778,7 @@ def _no_carried_dependence(s: For) -> bool:
     """True when every stored buffer is read only at an index it is stored at in
     this iteration, and each store index moves with the loop variable."""
     stores = [n for n in walk_stmts(s.body) if isinstance(n, Store)]
-    if not stores or any(not _uses(st.index, s.var) for st in stores):
+    if not stores or any(not _mentions(st.index, s.var) for st in stores):
         return False
     stored_at: dict[int, set[int]] = {}
     for st in stores:
@@ -828,7 +839,7 @@ def _vector_expr(e: Expr, s: For, simp: Simplifier) -> bool:
     stack, seen = [e], set()
     while stack:
         n = stack.pop()
-        if id(n) in seen or not _uses(n, s.var):
+        if id(n) in seen or not _mentions(n, s.var):
             continue
         seen.add(id(n))
         if lanes_dt is not None and n.dtype != lanes_dt:
@@ -841,7 +852,7 @@ def _vector_expr(e: Expr, s: For, simp: Simplifier) -> bool:
         if isinstance(n, Unary) and n.op == "neg":
             stack.append(n.a)
             continue
-        if isinstance(n, Select) and not _uses(n.cond, s.var):
+        if isinstance(n, Select) and not _mentions(n.cond, s.var):
             stack.extend((n.t, n.f))  # one branch for all lanes (see _vector_select)
             continue
         if isinstance(n, Select) and _lane_compare(n):
