@@ -11,7 +11,8 @@ through the runtime's thread pool), one of its few methods. The fields:
   ``types["int64"]``.
 * ``reserved``: words a variable must not be named (keywords, names the kernel uses).
 * ``kernel_qualifier``: written before the kernel's signature (``__kernel``).
-* ``arg_qualifier``: written before a pointer argument's type (``__global``).
+* ``arg_qualifier``: written before a pointer argument's type (``__global``), by a
+  ``kernel_head`` whose kernel takes typed pointers (C's takes ``void* const* args``).
 * ``restrict``: the no-alias pointer qualifier (``restrict``).
 * ``helper_qualifier``: how small helper functions are declared (``static inline``).
 * ``scope_prefix``: buffer scope -> declaration prefix of an ``Allocate`` of that scope
@@ -53,9 +54,10 @@ What every C-like language shares (the semantics the IR asks for):
   wraps like numpy; 32/64-bit signed overflow is C's undefined behaviour;
 * vectorized loops whose body is a plain store of contiguous/invariant loads, + - * /
   and selects whose condition is the same for every lane (padding guards: an if/else,
-  so only the taken branch loads) become vector code; other bodies fall back to a
-  scalar loop (with ``ivdep_pragma`` only when no stored buffer is read at another
-  index);
+  so only the taken branch loads) become vector code; a select comparing float data
+  lane by lane and float min/max become a compare mask and a ``bitcast`` blend; other
+  bodies fall back to a scalar loop (with ``ivdep_pragma`` only when no stored buffer
+  is read at another index);
 * kernel arguments are ``restrict`` except those in ``PrimFunc.may_alias`` (an output
   written in place over an input, see graph/memory.py);
 * subexpressions shared within one store (after inlining) become ``const`` locals,
