@@ -1,0 +1,893 @@
+"""The one printer from the loop IR to C-like source; a language is a table of data.
+
+``render(func, lang)`` walks a PrimFunc's statements (a ``StmtVisitor``) and prints its
+expressions; everything that differs between C-like languages is a field of ``lang`` (a
+``Lang``), or, where a language needs a construct the others lack (C's parallel loops
+through the runtime's thread pool), one of its few methods. The fields:
+
+* ``name``: the language, in error messages ("C").
+* ``prelude``: the text the unit starts with (includes, pragmas).
+* ``types``: dtype -> scalar type name (``"float32": "float"``); the loop index type is
+  ``types["int64"]``.
+* ``reserved``: words a variable must not be named (keywords, names the kernel uses).
+* ``kernel_qualifier``: written before the kernel's signature (``__kernel``).
+* ``arg_qualifier``: written before a pointer argument's type (``__global``), by a
+  ``kernel_head`` whose kernel takes typed pointers (C's takes ``void* const* args``).
+* ``restrict``: the no-alias pointer qualifier (``restrict``).
+* ``helper_qualifier``: how small helper functions are declared (``static inline``).
+* ``scope_prefix``: buffer scope -> declaration prefix of an ``Allocate`` of that scope
+  (``"shared": "__local "``); scopes not named get none.
+* ``literal_suffix``: float dtype -> literal suffix (``"float32": "f"``); ``nan``,
+  ``infinity``: their spellings; ``int64_literal``, ``uint64_literal``, ``int64_min``:
+  how an integer that does not fit 32 bits is written (``{v}`` is its value).
+* ``math_suffix``: float dtype -> suffix of the math functions (``expf`` vs ``exp``).
+* ``unroll_pragma`` (``{n}``: the count), ``ivdep_pragma``: loop pragmas, None for none.
+* ``vector_lanes``, ``max_vector_bytes``: the vector shapes a vectorized loop may use.
+* ``vector_type``: the name of a vector of ``{lanes}`` elements of ``{scalar}`` (dtype
+  ``{short}``, e.g. ``f32``): ``pk_{short}x{lanes}`` or a built-in ``{scalar}{lanes}``;
+  ``vector_decl``: the declaration that introduces it (``{name}``, ``{scalar}``,
+  ``{bytes}``), None for a built-in type.
+* ``vector_load``: the statement that fills vector ``{dst}`` (of type ``{type}``) from
+  ``{buf}[{index}]`` and on (``{lanes}`` elements, maybe unaligned); ``vector_store``: the
+  one that writes vector ``{src}`` (of type ``{type}``) there.
+* ``vector_broadcast``: a vector of type ``{type}`` with ``{x}`` in every lane (``{elems}``
+  is ``x, x, ...``); ``bitcast``: ``{x}`` reinterpreted as type ``{type}`` (the
+  compare-mask blends of selects and min/max).
+* ``thread_index``: thread tag (``blockIdx.x``) -> the expression that reads it; a
+  ``thread_binding`` loop whose tag is missing is refused.
+* ``barrier``: the workgroup barrier statement, None where the language has none (a
+  ``Barrier`` is then refused, naming the kernel).
+* ``kernel_return``: the kernel's last statement (None for none); ``kernel_fail``: the
+  statement that ends it when a heap allocation fails.
+
+Methods a language may override: ``kernel_head`` (the signature and argument set-up),
+``parallel`` (a ``parallel`` loop; refused by default), ``allocate`` (an ``Allocate``).
+
+What every C-like language shares (the semantics the IR asks for):
+
+* index arithmetic is 64-bit; floordiv/floormod use helpers that round towards minus
+  infinity; ``/`` on ints truncates;
+* Max/Min follow ONNX and propagate NaN: ``pk_max_f32(a, b)`` returns a NaN operand if
+  there is one (fmaxf would drop it);
+* bool is stored as uint8; a cast to bool is ``x != 0``; float-to-int casts truncate;
+* narrow integer arithmetic (8/16 bit) is cast back to its type after each op so it
+  wraps like numpy; 32/64-bit signed overflow is C's undefined behaviour;
+* vectorized loops whose body is a plain store of contiguous/invariant loads, + - * /
+  and selects whose condition is the same for every lane (padding guards: an if/else,
+  so only the taken branch loads) become vector code; a select comparing float data
+  lane by lane and float min/max become a compare mask and a ``bitcast`` blend; other
+  bodies fall back to a scalar loop (with ``ivdep_pragma`` only when no stored buffer
+  is read at another index);
+* kernel arguments are ``restrict`` except those in ``PrimFunc.may_alias`` (an output
+  written in place over an input, see graph/memory.py);
+* subexpressions shared within one store (after inlining) become ``const`` locals,
+  unless they are only evaluated under a select/&&/|| (guarded loads stay guarded).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from packager.errors import PackagerError
+from packager.te.expr import (
+    INDEX,
+    Binary,
+    Call,
+    Cast,
+    Const,
+    Expr,
+    Select,
+    Unary,
+    Var,
+    children,
+    substitute,
+)
+from packager.te.ir import (
+    Allocate,
+    Barrier,
+    Buffer,
+    BufferLoad,
+    For,
+    IfThenElse,
+    PrimFunc,
+    Seq,
+    Stmt,
+    Store,
+)
+from packager.te.simplify import Simplifier
+from packager.te.visitor import StmtVisitor, stmt_exprs, walk_stmts
+
+SHORT = {
+    "float32": "f32",
+    "float64": "f64",
+    "int8": "i8",
+    "int16": "i16",
+    "int32": "i32",
+    "int64": "i64",
+    "uint8": "u8",
+    "uint16": "u16",
+    "uint32": "u32",
+    "uint64": "u64",
+    "bool": "u8",
+}
+SIZE = {
+    "float32": 4,
+    "float64": 8,
+    "int8": 1,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+    "uint8": 1,
+    "uint16": 2,
+    "uint32": 4,
+    "uint64": 8,
+    "bool": 1,
+}
+FLOATS = ("float32", "float64")
+_NARROW = ("int8", "int16", "uint8", "uint16")
+_ARITH = {"+": "+", "-": "-", "*": "*", "/": "/", "truncdiv": "/", "truncmod": "%"}
+_COMPARE = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "==", "!=": "!="}
+_MATH = {
+    "exp",
+    "log",
+    "sqrt",
+    "tanh",
+    "erf",
+    "floor",
+    "ceil",
+    "fabs",
+    "pow",
+    "fmod",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "atan2",
+    "sinh",
+    "cosh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "exp2",
+    "log2",
+    "log10",
+    "log1p",
+    "expm1",
+    "trunc",
+    "cbrt",
+    "nearbyint",
+}
+_RENAME = {"round": "nearbyint", "abs": "fabs"}  # round: half to even (default mode)
+_MASK_INT = {"float32": "int32", "float64": "int64"}  # a float vector's compare mask
+_VEC_OPS = ("+", "-", "*", "/")
+
+
+@dataclass(frozen=True)
+class Lang:
+    """One C-like language: the fields are described in the module docstring."""
+
+    name: str = ""
+    prelude: str = ""
+    types: dict = field(default_factory=dict)
+    reserved: frozenset = frozenset()
+    kernel_qualifier: str = ""
+    arg_qualifier: str = ""
+    restrict: str = ""
+    helper_qualifier: str = "static inline"
+    scope_prefix: dict = field(default_factory=dict)
+    literal_suffix: dict = field(default_factory=dict)
+    nan: str = "NAN"
+    infinity: str = "INFINITY"
+    int64_literal: str = "{v}"
+    uint64_literal: str = "{v}"
+    int64_min: str = "(-{v_max} - 1)"
+    math_suffix: dict = field(default_factory=dict)
+    unroll_pragma: str | None = None
+    ivdep_pragma: str | None = None
+    vector_lanes: tuple = ()
+    max_vector_bytes: int = 0
+    vector_type: str = ""
+    vector_decl: str | None = None
+    vector_load: str = ""
+    vector_store: str = ""
+    vector_broadcast: str = ""
+    bitcast: str = "(({type}){x})"
+    thread_index: dict = field(default_factory=dict)
+    barrier: str | None = None
+    kernel_return: str | None = None
+    kernel_fail: str = ""
+
+    def math(self, func: str, dtype: str) -> str:
+        """The name of math function ``func`` for float ``dtype`` (``expf``)."""
+        return f"{func}{self.math_suffix[dtype]}"
+
+    def kernel_head(self, r: Renderer, func: PrimFunc) -> str:
+        """The kernel's signature line; may emit the set-up of its arguments into ``r``."""
+        raise NotImplementedError(f"{self.name}: no kernel signature")
+
+    def parallel(self, r: Renderer, s: For) -> None:
+        raise PackagerError(
+            f"kernel {r.kernel}: {self.name} has no parallel loops (loop {s.var.name})"
+        )
+
+    def allocate(self, r: Renderer, s: Allocate) -> None:
+        buf = s.buffer
+        prefix = self.scope_prefix.get(buf.scope, "")
+        r.emit(f"{prefix}{r.ctype(buf.dtype)} {r.name(buf)}[{buf.size}];")
+        r.visit(s.body)
+
+
+def _helper_defs(lang: Lang, kind: str, dt: str) -> str:
+    s, ctype, q = SHORT[dt], lang.types[dt], lang.helper_qualifier
+    head = f"{q} {ctype} pk_{kind.rstrip('f')}_{s}({ctype} a, {ctype} b)"
+    if kind == "floordiv":
+        return (
+            f"{head} {{\n    {ctype} q = a / b;\n"
+            "    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;\n}"
+        )
+    if kind == "floormod":
+        return (
+            f"{head} {{\n    {ctype} r = a % b;\n"
+            "    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}"
+        )
+    if kind == "floordivf":
+        return f"{head} {{ return {lang.math('floor', dt)}(a / b); }}"
+    if kind == "floormodf":
+        return f"{head} {{ return a - {lang.math('floor', dt)}(a / b) * b; }}"
+    if kind in ("max", "min"):
+        cmp = ">" if kind == "max" else "<"
+        nan = " || a != a" if dt in FLOATS else ""
+        return f"{head} {{ return (a {cmp} b{nan}) ? a : b; }}"
+    if kind == "abs":
+        return f"{q} {ctype} pk_abs_{s}({ctype} a) {{ return a < 0 ? -a : a; }}"
+    raise KeyError(kind)
+
+
+def _sanitize(name: str) -> str:
+    s = re.sub(r"\W", "_", name) or "v"
+    return "v" + s if s[0].isdigit() else s
+
+
+class Module:
+    """What the translation unit accumulates: helpers, vector types, outlined functions."""
+
+    def __init__(self, lang: Lang, aliased: frozenset = frozenset()):
+        self.lang = lang
+        self.aliased = aliased  # buffers that may share memory: never `restrict`
+        self.helpers: dict[str, str] = {}
+        self.vec_types: dict[str, str | None] = {}
+        self.functions: list[str] = []
+        self.n_par = 0
+
+    def restrict(self, buf: Buffer) -> str:
+        return "" if buf in self.aliased or not self.lang.restrict else f" {self.lang.restrict}"
+
+    def helper(self, kind: str, dtype: str) -> str:
+        key = f"{kind}_{dtype}"
+        if key not in self.helpers:
+            self.helpers[key] = _helper_defs(self.lang, kind, dtype)
+        return f"pk_{kind.rstrip('f')}_{SHORT[dtype]}"
+
+    def vec(self, dtype: str, lanes: int) -> str:
+        lang = self.lang
+        scalar = lang.types[dtype]
+        name = lang.vector_type.format(short=SHORT[dtype], scalar=scalar, lanes=lanes)
+        if name not in self.vec_types:
+            # loads/stores/broadcasts are emitted inline (see Lang.vector_load): helper
+            # functions taking wide vectors by value would depend on the target's vector ABI
+            decl = lang.vector_decl
+            self.vec_types[name] = (
+                decl.format(name=name, scalar=scalar, bytes=lanes * SIZE[dtype]) if decl else None
+            )
+        return name
+
+    def declarations(self) -> list[str]:
+        """Helpers, then vector type declarations, each sorted by name."""
+        out = [self.helpers[k] for k in sorted(self.helpers)]
+        return out + [d for k in sorted(self.vec_types) if (d := self.vec_types[k]) is not None]
+
+
+class Renderer(StmtVisitor):
+    """Emits the statements of one function (the kernel or an outlined body)."""
+
+    def __init__(self, mod: Module, kernel: str, names: dict, fail: str, simp: Simplifier):
+        self.mod = mod
+        self.lang = mod.lang
+        self.kernel = kernel
+        self.names = names  # Var/Buffer -> name in the source
+        self.used = set(names.values())
+        self.lines: list[str] = []
+        self.depth = 1
+        self.fail = fail  # statement that reports an allocation failure
+        self.failed = False
+        self.heap: list[str] = []  # live heap buffers (freed on failure)
+        self.n_tmp = 0
+        self.simp = simp
+
+    # --- naming ---
+
+    def name(self, obj) -> str:
+        got = self.names.get(obj)
+        if got is None:
+            base = _sanitize(obj.name)
+            got, k = base, 1
+            while got in self.used or got in self.lang.reserved or got.startswith("pk_"):
+                got, k = f"{base}_{k}", k + 1
+            self.used.add(got)
+            self.names[obj] = got
+        return got
+
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.depth + line)
+
+    def ctype(self, dtype: str) -> str:
+        return self.lang.types[dtype]
+
+    # --- statements ---
+
+    def generic_visit(self, s: Stmt) -> None:
+        raise TypeError(f"kernel {self.kernel}: cannot print statement {type(s).__name__}")
+
+    def visit_Seq(self, s: Seq) -> None:
+        for x in s.stmts:
+            self.visit(x)
+
+    def visit_Store(self, s: Store) -> None:
+        idx, val = self.expr_cse([s.index, s.value])
+        self.emit(f"{self.name(s.buffer)}[{idx}] = {val};")
+
+    def visit_IfThenElse(self, s: IfThenElse) -> None:
+        self.emit(f"if ({self.expr_cse([s.cond])[0]}) {{")
+        self.block(s.then)
+        if s.else_ is not None:
+            self.emit("} else {")
+            self.block(s.else_)
+        self.emit("}")
+
+    def visit_Allocate(self, s: Allocate) -> None:
+        self.lang.allocate(self, s)
+
+    def visit_Barrier(self, s: Barrier) -> None:
+        if self.lang.barrier is None:
+            raise PackagerError(
+                f"kernel {self.kernel}: {self.lang.name} has no barrier "
+                f"({s.scope} memory); barriers need a GPU language"
+            )
+        self.emit(self.lang.barrier)
+
+    def visit_For(self, s: For) -> None:
+        if s.kind == "parallel":
+            self.lang.parallel(self, s)
+        elif s.kind == "thread_binding":
+            self.thread_loop(s)
+        elif not (s.kind == "vectorized" and self.vectorized(s)):
+            self.serial_loop(s)
+
+    def block(self, s: Stmt) -> None:
+        self.depth += 1
+        self.visit(s)
+        self.depth -= 1
+
+    def serial_loop(self, s: For) -> None:
+        v = self.name(s.var)
+        lo, ext = self.expr_cse([s.min, s.extent])
+        end = ext if lo == "0" else f"{lo} + {ext}"
+        if s.kind == "unrolled" and self.lang.unroll_pragma:
+            n = s.extent.value if isinstance(s.extent, Const) else 8
+            self.emit(self.lang.unroll_pragma.format(n=n))
+        if s.kind == "vectorized" and self.lang.ivdep_pragma and _no_carried_dependence(s):
+            self.emit(self.lang.ivdep_pragma)
+        self.emit(f"for ({self.ctype(INDEX)} {v} = {lo}; {v} < {end}; ++{v}) {{")
+        self.block(s.body)
+        self.emit("}")
+
+    def thread_loop(self, s: For) -> None:
+        """A loop bound to a hardware thread index: one iteration per thread."""
+        read = self.lang.thread_index.get(s.thread_tag)
+        if read is None:
+            raise PackagerError(
+                f"kernel {self.kernel}: {self.lang.name} has no thread index "
+                f"'{s.thread_tag}' (loop {s.var.name}); thread binding needs a GPU language"
+            )
+        lo = self.expr_cse([s.min])[0]
+        start = read if lo == "0" else f"{lo} + {read}"
+        self.emit("{")
+        self.depth += 1
+        self.emit(f"const {self.ctype(INDEX)} {self.name(s.var)} = {start};")
+        self.visit(s.body)
+        self.depth -= 1
+        self.emit("}")
+
+    def vectorized(self, s: For) -> bool:
+        plan = _vector_plan(s, self.simp, self.lang)
+        if plan is None:
+            return False
+        lanes, stores = plan
+        v = self.name(s.var)
+        self.emit(f"{{ /* {v}: {lanes} lanes */")
+        self.depth += 1
+        for st, base in stores:
+            idx, val = self.expr_cse([base, st.value], vec=(s.var, lanes), vec_root=True)
+            fill = dict(buf=self.name(st.buffer), index=idx, lanes=lanes)
+            vt = self.mod.vec(st.buffer.dtype, lanes)
+            self.emit(self.lang.vector_store.format(src=val, type=vt, **fill))
+        self.depth -= 1
+        self.emit("}")
+        return True
+
+    # --- expressions ---
+
+    def expr_cse(self, roots: list[Expr], vec=None, vec_root=False) -> list[str]:
+        """Render ``roots``; shared unconditional subterms become const locals. In
+        vector mode the last root is the stored value, materialized as a vector."""
+        shared = _shared_nodes(roots)
+        names: dict[int, str] = {}
+        printer = _Printer(self, names, vec)
+        for n in shared:
+            # A lane-varying index is only ever a load's address, which is rendered
+            # from its lane-0 base; as a temp it would name the (undeclared) lane var.
+            if vec is not None and n.dtype == INDEX and printer.is_vec(n):
+                continue
+            names[id(n)] = self.temp(printer.type_of(n), printer(n))
+        out = [printer(r) for r in roots]
+        if vec_root:
+            out[-1] = printer.as_vector_temp(roots[-1])
+        return out
+
+    def temp(self, ctype: str, text: str | None) -> str:
+        t = f"pk_t{self.n_tmp}"
+        self.n_tmp += 1
+        self.emit(f"const {ctype} {t} = {text};" if text is not None else f"{ctype} {t};")
+        return t
+
+
+class _Printer:
+    """Expression text; in vector mode (vec=(var, lanes)) lane-varying nodes are
+    vectors and invariant ones scalars, broadcast where they meet."""
+
+    def __init__(self, r: Renderer, names: dict, vec):
+        self.r = r
+        self.lang = r.lang
+        self.names = names
+        self.vec = vec
+        self.memo: dict[int, str] = {}
+        self.varying: dict[int, bool] = {}
+
+    def is_vec(self, e: Expr) -> bool:
+        if self.vec is None:
+            return False
+        got = self.varying.get(id(e))
+        if got is None:
+            if isinstance(e, Var):
+                got = e is self.vec[0]
+            elif isinstance(e, BufferLoad):
+                got = _mentions(e.index, self.vec[0])
+            else:
+                got = any(self.is_vec(k) for k in children(e))
+            self.varying[id(e)] = got
+        return got
+
+    def type_of(self, e: Expr) -> str:
+        if self.is_vec(e):
+            return self.r.mod.vec(e.dtype, self.vec[1])
+        return self.r.ctype(e.dtype)
+
+    def __call__(self, e: Expr) -> str:
+        if id(e) in self.names:
+            return self.names[id(e)]
+        got = self.memo.get(id(e))
+        if got is None:
+            render = getattr(self, "_" + type(e).__name__, None)
+            if render is None:
+                raise TypeError(f"cannot render {type(e).__name__}")
+            got = self.memo[id(e)] = render(e)
+        return got
+
+    def operand(self, e: Expr, as_vec: bool) -> str:
+        text = self(e)
+        if as_vec and not self.is_vec(e):
+            return self.broadcast(e, text)
+        return text
+
+    def broadcast(self, e: Expr, text: str) -> str:
+        if not isinstance(e, (Const, Var)) and id(e) not in self.names:
+            text = self.r.temp(self.r.ctype(e.dtype), text)  # evaluate once
+        lanes = self.vec[1]
+        vt = self.r.mod.vec(e.dtype, lanes)
+        fill = self.lang.vector_broadcast.format(type=vt, x=text, elems=", ".join([text] * lanes))
+        return self.r.temp(vt, fill)
+
+    def as_vector_temp(self, e: Expr) -> str:
+        """A named vector holding ``e`` (for a vector store)."""
+        text = self(e)
+        if not self.is_vec(e):
+            return self.broadcast(e, text)
+        if id(e) in self.names or _is_temp(text):
+            return text
+        return self.r.temp(self.type_of(e), text)
+
+    # --- one method per expression class ---
+
+    def _Const(self, e: Const) -> str:
+        return _literal(e, self.lang)
+
+    def _Var(self, e: Var) -> str:
+        return self.r.name(e)
+
+    def _BufferLoad(self, e: BufferLoad) -> str:
+        buf = self.r.name(e.buffer)
+        if not self.is_vec(e):
+            return f"{buf}[{self(e.index)}]"
+        base = self(self.r.simp(substitute(e.index, {self.vec[0]: Const(0, INDEX)})))
+        t = self.r.temp(self.type_of(e), None)
+        fill = dict(dst=t, type=self.type_of(e), buf=buf, index=base, lanes=self.vec[1])
+        self.r.emit(self.lang.vector_load.format(**fill))
+        return t
+
+    def _Unary(self, e: Unary) -> str:
+        return f"(-{self(e.a)})" if e.op == "neg" else f"(!{self(e.a)})"
+
+    def _Cast(self, e: Cast) -> str:
+        if e.dtype == "bool":
+            return f"({self(e.a)} != 0)"
+        return f"(({self.r.ctype(e.dtype)}){self(e.a)})"
+
+    def _Select(self, e: Select) -> str:
+        if self.is_vec(e):
+            return self._vector_select(e)
+        return f"({self(e.cond)} ? {self(e.t)} : {self(e.f)})"
+
+    def _vector_select(self, e: Select) -> str:
+        """A select whose condition is the same for every lane (a padding guard): an
+        if/else, so the taken branch's loads are the only ones made."""
+        if self.is_vec(e.cond):
+            return self._blend(e)
+        cond = self(e.cond)
+        t = self.r.temp(self.type_of(e), None)
+        self.r.emit(f"if ({cond}) {{")
+        self._branch(t, e.t)
+        self.r.emit("} else {")
+        self._branch(t, e.f)
+        self.r.emit("}")
+        return t
+
+    def _blend(self, e: Select) -> str:
+        """A per-lane select (see ``_lane_compare``): the compare's mask picks each lane
+        from one of the two computed sides."""
+        c = e.cond
+        vt = self.type_of(e)
+        it = self.r.mod.vec(_MASK_INT[e.dtype], self.vec[1])
+        m = self.r.temp(
+            it, f"({self.operand(c.a, True)} {_COMPARE[c.op]} {self.operand(c.b, True)})"
+        )
+        t, f = self.operand(e.t, True), self.operand(e.f, True)
+        return self._mask_blend(vt, it, m, t, f)
+
+    def _mask_blend(self, vt: str, it: str, mask: str, t: str, f: str) -> str:
+        """Vector (type ``vt``) taking each lane from ``t`` where the ``mask`` (a compare
+        result, integer vector type ``it``) is set, else from ``f``."""
+        bits = self.lang.bitcast.format
+        mixed = f"({bits(type=it, x=t)} & {mask}) | ({bits(type=it, x=f)} & ~{mask})"
+        return bits(type=vt, x=f"({mixed})")
+
+    def _branch(self, t: str, e: Expr) -> None:
+        memo = dict(self.memo)  # temps made in the branch are local to its block
+        self.r.depth += 1
+        self.r.emit(f"{t} = {self.operand(e, True)};")
+        self.r.depth -= 1
+        self.memo = memo
+
+    def _Binary(self, e: Binary) -> str:
+        op, dt = e.op, e.a.dtype
+        v = self.is_vec(e)
+        a, b = self.operand(e.a, v), self.operand(e.b, v)
+        if op in _ARITH:
+            text = f"({a} {_ARITH[op]} {b})"
+            return f"(({self.r.ctype(dt)}){text})" if dt in _NARROW else text
+        if op in _COMPARE:
+            return f"({a} {_COMPARE[op]} {b})"
+        if op in ("and", "or"):
+            return f"({a} {'&&' if op == 'and' else '||'} {b})"
+        if op in ("floordiv", "floormod"):
+            kind = op + ("f" if dt in FLOATS else "")
+            return f"{self.r.mod.helper(kind, dt)}({a}, {b})"
+        if op in ("min", "max"):
+            if v:
+                return self._vector_minmax(op, dt, a, b)
+            return f"{self.r.mod.helper(op, dt)}({a}, {b})"
+        raise ValueError(f"unknown binary op {op}")
+
+    def _vector_minmax(self, op: str, dt: str, a: str, b: str) -> str:
+        """Lane-wise pk_max/pk_min (a NaN operand ``a`` wins, as in the scalar helper) as
+        a compare mask and a bitwise blend, inline: no helper takes vectors by value."""
+        lanes = self.vec[1]
+        vt = self.r.mod.vec(dt, lanes)
+        it = self.r.mod.vec(_MASK_INT[dt], lanes)
+        a, b = (x if _is_temp(x) else self.r.temp(vt, x) for x in (a, b))
+        cmp = ">" if op == "max" else "<"
+        m = self.r.temp(it, f"({a} {cmp} {b}) | ({a} != {a})")
+        return self._mask_blend(vt, it, m, a, b)
+
+    def _Call(self, e: Call) -> str:
+        func = _RENAME.get(e.func, e.func)
+        args = ", ".join(self(a) for a in e.args)
+        dt = e.args[0].dtype
+        if func in ("isnan", "isinf"):
+            return f"({func}({args}) != 0)"
+        if func == "fabs" and dt not in FLOATS:
+            return f"{self.r.mod.helper('abs', dt)}({args})"
+        if func not in _MATH:
+            raise ValueError(f"no {self.lang.name} function for {e.func}")
+        if dt not in FLOATS:
+            raise ValueError(f"{e.func} of {dt}: cast to a float type first")
+        return f"{self.lang.math(func, dt)}({args})"
+
+
+def _literal(e: Const, lang: Lang) -> str:
+    v, dt = e.value, e.dtype
+    if dt in FLOATS:
+        if math.isnan(v):
+            return lang.nan
+        if math.isinf(v):
+            return lang.infinity if v > 0 else f"(-{lang.infinity})"
+        text = repr(float(np.float32(v))) if dt == "float32" else repr(float(v))
+        if "." not in text and "e" not in text:
+            text += ".0"
+        return text + lang.literal_suffix.get(dt, "")
+    if dt == "bool":
+        return "1" if v else "0"
+    v = int(v)
+    if -(2**31) < v < 2**31:
+        return str(v) if v >= 0 else f"({v})"
+    if dt == "uint64":
+        return lang.uint64_literal.format(v=v)
+    if v == -(2**63):
+        return lang.int64_min.format(v_max=lang.int64_literal.format(v=2**63 - 1))
+    return lang.int64_literal.format(v=v) if v > 0 else f"(-{lang.int64_literal.format(v=-v)})"
+
+
+# --- analyses ---------------------------------------------------------------
+
+
+def distinct_exprs(s: Stmt):
+    """Every expression node of a statement tree once (by identity): shared subtrees
+    of an inlined expression DAG are walked once, not once per path."""
+    seen: set[int] = set()
+    for n in walk_stmts(s):
+        stack = list(reversed(stmt_exprs(n)))
+        while stack:
+            e = stack.pop()
+            if id(e) in seen:
+                continue
+            seen.add(id(e))
+            yield e
+            stack.extend(reversed(children(e)))
+
+
+class _Uses(StmtVisitor):
+    """What a statement tree defines and touches, each in first-use order: loop
+    variables, allocated, stored and loaded buffers, variables read."""
+
+    def __init__(self, s: Stmt):
+        self.loop_vars: dict[int, Var] = {}
+        self.allocated: dict[int, Buffer] = {}
+        self.stored: dict[int, Buffer] = {}
+        self.visit(s)
+        self.vars: dict[int, Var] = {}
+        self.loaded: dict[int, Buffer] = {}
+        for e in distinct_exprs(s):
+            if isinstance(e, Var):
+                self.vars.setdefault(id(e), e)
+            elif isinstance(e, BufferLoad):
+                self.loaded.setdefault(id(e.buffer), e.buffer)
+
+    def visit_For(self, s: For) -> None:
+        self.loop_vars[id(s.var)] = s.var
+        self.generic_visit(s)
+
+    def visit_Allocate(self, s: Allocate) -> None:
+        self.allocated[id(s.buffer)] = s.buffer
+        self.generic_visit(s)
+
+    def visit_Store(self, s: Store) -> None:
+        self.stored.setdefault(id(s.buffer), s.buffer)
+
+
+def stored_buffers(s: Stmt) -> set:
+    return set(_Uses(s).stored.values())
+
+
+def captures(s: For) -> tuple[list[Var], list[Buffer]]:
+    """Variables and buffers a loop body uses from outside, sorted by name (ties in
+    first-use order): deterministic."""
+    body = _Uses(s.body)
+    free = [v for k, v in body.vars.items() if k not in body.loop_vars and v is not s.var]
+    bufs = {k: b for k, b in body.stored.items() if k not in body.allocated}
+    for k, b in body.loaded.items():
+        if k not in body.allocated:
+            bufs.setdefault(k, b)
+    by_name = lambda x: x.name  # noqa: E731
+    return sorted(free, key=by_name), sorted(bufs.values(), key=by_name)
+
+
+def read_only(s: Stmt) -> set:
+    uses = _Uses(s)
+    return {b for k, b in uses.loaded.items() if k not in uses.stored}
+
+
+def _mentions(e: Expr, var: Var) -> bool:
+    stack, seen = [e], set()
+    while stack:
+        n = stack.pop()
+        if n is var:
+            return True
+        if id(n) not in seen:
+            seen.add(id(n))
+            stack.extend(children(n))
+    return False
+
+
+def _shared_nodes(roots: list[Expr]) -> list[Expr]:
+    """Non-leaf nodes referenced twice or more and evaluated unconditionally, in
+    dependency order (children first)."""
+    refs: dict[int, int] = {}
+    nodes: dict[int, Expr] = {}
+    order: list[Expr] = []
+    stack = [(r, False) for r in reversed(roots)]
+    while stack:
+        n, ready = stack.pop()
+        if ready:
+            order.append(n)
+            continue
+        refs[id(n)] = refs.get(id(n), 0) + 1
+        if id(n) in nodes:
+            continue
+        nodes[id(n)] = n
+        stack.append((n, True))
+        stack.extend((k, False) for k in reversed(children(n)))
+    uncond = _unconditional(roots)
+    return [
+        n
+        for n in order
+        if refs[id(n)] > 1 and id(n) in uncond and children(n) and not isinstance(n, (Const, Var))
+    ]
+
+
+def _unconditional(roots: list[Expr]) -> set[int]:
+    out: set[int] = set()
+    stack = list(roots)
+    while stack:
+        n = stack.pop()
+        if id(n) in out:
+            continue
+        out.add(id(n))
+        if isinstance(n, Select):
+            stack.append(n.cond)
+        elif isinstance(n, Binary) and n.op in ("and", "or"):
+            stack.append(n.a)
+        else:
+            stack.extend(children(n))
+    return out
+
+
+def _no_carried_dependence(s: For) -> bool:
+    """True when every stored buffer is read only at an index it is stored at in
+    this iteration, and each store index moves with the loop variable."""
+    stores = [n for n in walk_stmts(s.body) if isinstance(n, Store)]
+    if not stores or any(not _mentions(st.index, s.var) for st in stores):
+        return False
+    stored_at: dict[int, set[int]] = {}
+    for st in stores:
+        stored_at.setdefault(id(st.buffer), set()).add(id(st.index))
+    return all(
+        id(n.index) in stored_at[id(n.buffer)]
+        for n in distinct_exprs(s.body)
+        if isinstance(n, BufferLoad) and id(n.buffer) in stored_at
+    )
+
+
+def _is_temp(text: str) -> bool:
+    return text.startswith("pk_t") and text[4:].isdigit()
+
+
+def _lane_compare(e: Select) -> bool:
+    """A select each lane decides for itself by comparing float data of the select's own
+    type: both sides are computed and blended by the mask, so the condition must not
+    guard a load (index comparisons, the padding guards, are never of this kind)."""
+    c = e.cond
+    return (
+        isinstance(c, Binary)
+        and c.op in _COMPARE
+        and c.a.dtype == c.b.dtype == e.dtype
+        and e.dtype in _MASK_INT
+    )
+
+
+def _vector_plan(s: For, simp: Simplifier, lang: Lang):
+    """(lanes, [(store, base index)]) when the loop can use vector types, else None."""
+    if not isinstance(s.extent, Const) or not isinstance(s.min, Const) or s.min.value != 0:
+        return None
+    lanes = int(s.extent.value)
+    body = s.body.stmts if isinstance(s.body, Seq) else [s.body]
+    if lanes not in lang.vector_lanes or not all(isinstance(x, Store) for x in body):
+        return None
+    if not _no_carried_dependence(s):
+        return None
+    plan = []
+    for st in body:
+        if lanes * SIZE[st.buffer.dtype] > lang.max_vector_bytes or st.buffer.dtype == "bool":
+            return None
+        if not _stride_one(st.index, s.var, simp) or not _vector_expr(st.value, s, simp):
+            return None
+        plan.append((st, simp(substitute(st.index, {s.var: Const(0, INDEX)}))))
+    return lanes, plan
+
+
+def _stride_one(index: Expr, var: Var, simp: Simplifier) -> bool:
+    nxt = substitute(index, {var: Binary("+", var, Const(1, INDEX), INDEX)})
+    d = simp(Binary("-", nxt, index, INDEX))
+    return isinstance(d, Const) and d.value == 1
+
+
+def _vector_expr(e: Expr, s: For, simp: Simplifier) -> bool:
+    """Lane-varying nodes must be + - * / (ints: + - *) or stride-1 loads."""
+    lanes_dt = None
+    stack, seen = [e], set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen or not _mentions(n, s.var):
+            continue
+        seen.add(id(n))
+        if lanes_dt is not None and n.dtype != lanes_dt:
+            return False
+        lanes_dt = n.dtype
+        if isinstance(n, BufferLoad):
+            if not _stride_one(n.index, s.var, simp):
+                return False
+            continue
+        if isinstance(n, Unary) and n.op == "neg":
+            stack.append(n.a)
+            continue
+        if isinstance(n, Select) and not _mentions(n.cond, s.var):
+            stack.extend((n.t, n.f))  # one branch for all lanes (see _vector_select)
+            continue
+        if isinstance(n, Select) and _lane_compare(n):
+            stack.extend((n.cond.a, n.cond.b, n.t, n.f))  # a blend (see _blend)
+            continue
+        if isinstance(n, Binary) and n.op in ("min", "max") and n.dtype in _MASK_INT:
+            stack.extend((n.a, n.b))
+            continue
+        if not isinstance(n, Binary) or n.op not in _VEC_OPS:
+            return False
+        if n.op == "/" and n.dtype not in FLOATS:
+            return False
+        if n.dtype in _NARROW:
+            return False
+        stack.extend((n.a, n.b))
+    return True
+
+
+# --- the translation unit ---------------------------------------------------
+
+
+def render(func: PrimFunc, lang: Lang) -> str:
+    """One translation unit in ``lang`` holding the kernel ``func`` (and what it needs)."""
+    mod = Module(lang, frozenset(func.params[k] for k in func.may_alias))
+    r = Renderer(mod, func.name, {}, lang.kernel_fail, Simplifier())
+    head = lang.kernel_head(r, func)
+    r.visit(func.body)
+    if lang.kernel_return:
+        r.emit(lang.kernel_return)
+    parts = [lang.prelude, ""]
+    decls = mod.declarations()
+    if decls:
+        parts += [*decls, ""]
+    for f in mod.functions:
+        parts += [f, ""]
+    return "\n".join([*parts, head, *r.lines, "}"]) + "\n"
