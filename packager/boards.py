@@ -65,6 +65,7 @@ class Board:
     vector_bits: int
     toolchain: Toolchain
     big_cores: tuple[int, ...] = ()
+    memory_mb: int | None = None
     # ``connections`` holds every way to reach the board (a pool); ``connection`` is its
     # first entry, for code that needs just one. Both empty for the local machine.
     connection: Connection | None = None
@@ -177,6 +178,13 @@ SCHEMA: tuple[Field, ...] = (
         "list[int]",
         "CPU ids of the fast cores of a big.LITTLE board, for pinning (`taskset -c`).",
         default=(),
+    ),
+    Field(
+        "memory_mb",
+        "int",
+        "Memory of the board in MiB: a model tensor larger than this is refused at build "
+        "time. Absent: the local machine's memory, no limit for a remote board.",
+        min=1,
     ),
     Field(
         "connection",

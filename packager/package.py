@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ import onnx
 
 from . import __version__
 from .boards import Board
+from .errors import PackagerError
 from .bundle import write_bundle, write_bundle_files
 from .frontend.importer import import_onnx, load_model
 from .graph import conv_algorithms
@@ -21,6 +23,9 @@ from .graph.pipeline import PassContext, optimize
 from .lowering import Kernel, lower_graph
 from .reference import random_input, run_reference
 from .toolchain import FILE_NAME, toolchain_file, wants_toolchain_file
+
+
+REFERENCE_NAMES = "onnxruntime, else onnx's reference evaluator"
 
 
 @dataclass
@@ -45,7 +50,7 @@ def prepare_graph(
 ) -> tuple[Graph, MemoryPlan]:
     """The optimized graph and its memory plan: what lowering (and the tuner's task
     extraction, which must see the same kernels) starts from."""
-    graph = import_onnx(path, input_shapes, model)
+    graph = import_onnx(path, input_shapes, model, memory_bytes(board or _host()))
     if log:
         log(f"imported {len(model.graph.node)} ONNX nodes -> {len(graph.nodes)} ops")
     graph = optimize(graph, PassContext(board, set(disabled_passes or ())))
@@ -91,17 +96,39 @@ def compile_model(
     return Compiled(graph, plan, kernels, funcs, board.cores, tuple(board.big_cores))
 
 
+def memory_bytes(board: Board) -> int | None:
+    """The board's memory: its profile's ``memory_mb``, else this machine's when the board
+    is the local machine, else unknown."""
+    if board.memory_mb is not None:
+        return board.memory_mb << 20
+    if not board.is_local:
+        return None
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):  # not every system names these
+        return None
+
+
 def _host() -> Board:
     from .boards import load_board
 
     return load_board("host")
 
 
-def make_selftest(model, graph: Graph, seed: int = 0):
+def make_selftest(model, graph: Graph, seed: int = 0, path: str = "model"):
     """Random inputs and the reference's outputs for them."""
     rng = np.random.default_rng(seed)
     inputs = [random_input(graph.values[n].shape, graph.values[n].dtype, rng) for n in graph.inputs]
-    outputs = run_reference(model, dict(zip(graph.inputs, inputs, strict=True)))
+    try:
+        outputs = run_reference(model, dict(zip(graph.inputs, inputs, strict=True)))
+    except PackagerError:
+        raise
+    except Exception as e:  # onnxruntime and onnx's evaluator raise many types
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        raise PackagerError(
+            f"{path}: the reference ({REFERENCE_NAMES}) cannot run the model for the "
+            f"selftest: {type(e).__name__}: {first}"
+        ) from e
     return inputs, outputs
 
 
@@ -126,7 +153,7 @@ def package(
     compiled = compile_model(
         model, board, input_shapes, model_path, say, tuning=tuning, conv_algorithm=conv_algorithm
     )
-    tests = make_selftest(model, compiled.graph) if selftest else None
+    tests = make_selftest(model, compiled.graph, path=model_path) if selftest else None
     manifest = {
         "format": "packager-bundle",
         "version": 1,
