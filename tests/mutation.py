@@ -84,9 +84,7 @@ def _small_models() -> dict[str, onnx.ModelProto]:
         "depthwise": _node_model(
             "depthwise",
             [
-                helper.make_node(
-                    "Conv", ["x", "w"], ["y"], name="dw", group=8, pads=[1, 1, 1, 1]
-                ),
+                helper.make_node("Conv", ["x", "w"], ["y"], name="dw", group=8, pads=[1, 1, 1, 1]),
                 helper.make_node("Relu", ["y"], ["z"], name="act"),
             ],
             [_f32("x", [1, 8, 10, 10])],
@@ -136,9 +134,7 @@ def base_models() -> dict[str, bytes]:
         path = LIGHT / f"light_{name}.onnx"
         if path.is_file():
             models[name] = path.read_bytes()
-    return {
-        k: v if isinstance(v, bytes) else v.SerializeToString() for k, v in models.items()
-    }
+    return {k: v if isinstance(v, bytes) else v.SerializeToString() for k, v in models.items()}
 
 
 # --- mutations -------------------------------------------------------------------------------

@@ -72,6 +72,24 @@ def load_model(path: str) -> onnx.ModelProto:
     return model
 
 
+def check_names(model: onnx.ModelProto, path: str) -> None:
+    """Names go into the bundle and its messages; protobuf hands one that is not valid
+    UTF-8 over as bytes, and onnx's checker does not read every name."""
+    for what, name in _names(model.graph):
+        if not isinstance(name, str):
+            raise PackagerError(f"{path}: {what}: the name {name!r} is not valid UTF-8")
+
+
+def _names(g: onnx.GraphProto):
+    for kind, seq in (("input", g.input), ("output", g.output), ("initializer", g.initializer)):
+        yield from ((f"graph {kind} {k}", v.name) for k, v in enumerate(seq, 1))
+    for k, node in enumerate(g.node, 1):
+        where = f"node {k} ({node.op_type})"
+        yield where, node.name
+        yield from ((f"{where}: input {i}", n) for i, n in enumerate(node.input))
+        yield from ((f"{where}: output {i}", n) for i, n in enumerate(node.output))
+
+
 def check_outputs(model: onnx.ModelProto, path: str) -> None:
     """A bundle's outputs are addressed by name: at least one, each named once."""
     names = [o.name for o in model.graph.output]
@@ -219,6 +237,7 @@ def import_onnx(
     ``max_bytes``: the board's memory; a larger tensor is refused before it is computed."""
     model = model if model is not None else load_model(path)
     check_outputs(model, path)
+    check_names(model, path)
     opset = model_opset(model)
     values: dict[str, Value] = {}
     for t in model.graph.initializer:
@@ -359,7 +378,9 @@ def infer_node(
         )
     for name, t in zip(node.outputs, outs, strict=True):
         if name:
-            check_size(t.shape, t.dtype, f"{path}: node '{node.source}': output '{name}'", max_bytes)
+            check_size(
+                t.shape, t.dtype, f"{path}: node '{node.source}': output '{name}'", max_bytes
+            )
             values[name] = Value(name, tuple(t.shape), t.dtype)
 
 
