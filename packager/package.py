@@ -13,8 +13,8 @@ import onnx
 
 from . import __version__
 from .boards import Board
-from .errors import PackagerError
 from .bundle import write_bundle, write_bundle_files
+from .errors import PackagerError
 from .frontend.importer import import_onnx, load_model
 from .graph import conv_algorithms
 from .graph.ir import Graph
@@ -23,7 +23,6 @@ from .graph.pipeline import PassContext, optimize
 from .lowering import Kernel, lower_graph
 from .reference import random_input, run_reference
 from .toolchain import FILE_NAME, toolchain_file, wants_toolchain_file
-
 
 REFERENCE_NAMES = "onnxruntime, else onnx's reference evaluator"
 
