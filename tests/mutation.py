@@ -291,7 +291,7 @@ def _attr_value(rng, attr):
             ints = ints + [rng.choice((0, 1, 2))]
         else:
             ints = [rng.choice((-3, 0, 1, 99)) for _ in ints]
-        return helper.make_attribute(attr.name, ints)
+        return helper.make_attribute(attr.name, ints, attr_type=onnx.AttributeProto.INTS)
     wrong = (1.5, "text", [1.0, 2.0], b"\xff\xfe", [2**40], -(2**63))
     return helper.make_attribute(attr.name, rng.choice(wrong))
 
