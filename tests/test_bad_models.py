@@ -172,6 +172,12 @@ def test_the_size_of_a_huge_shape_does_not_wrap_around():
     assert Value("v", (2**40, 2**40), "float32").nbytes == 2**82
 
 
+def test_a_huge_tensor_is_refused_even_without_a_memory_size():
+    # A remote board without memory_mb: sizes past what int64 plans hold are still refused.
+    with pytest.raises(PackagerError, match=r"input 'x': float32\[1099511627776, 1099511627776\]"):
+        import_onnx("m.onnx", None, model=matmul_model(x_shape=(2**40, 2**40)))
+
+
 def test_a_split_knob_over_a_huge_extent_is_quick():
     # Listing every divisor of 2**62 one by one would never end.
     code = (

@@ -110,6 +110,9 @@ def model_opset(model: onnx.ModelProto) -> int:
 
 
 KERNEL_DTYPES = set(ONNX_DTYPES.values())
+# Without a board's memory size a tensor is still bounded: the memory plan adds sizes in
+# int64 and the runtime in size_t, which a model's huge dims would overflow.
+MAX_TENSOR_BYTES = 1 << 48
 
 
 def dtype_of(elem_type: int, what: str) -> str:
@@ -128,13 +131,12 @@ def check_size(shape, dtype: str, what: str, max_bytes: int | None) -> None:
     """Refuse a tensor with a negative dim, or larger than the board's memory."""
     if any(d < 0 for d in shape):
         raise PackagerError(f"{what}: negative dim in shape {list(shape)}")
-    if max_bytes is None:
-        return
     size = math.prod(shape) * np.dtype("bool" if dtype == "bool" else dtype).itemsize
-    if size > max_bytes:
+    limit, whose = (MAX_TENSOR_BYTES, "any") if max_bytes is None else (max_bytes, "the board's")
+    if size > limit:
         raise PackagerError(
-            f"{what}: {dtype}{list(shape)} takes {size:,} bytes, more than the board's "
-            f"memory ({max_bytes:,} bytes)"
+            f"{what}: {dtype}{list(shape)} takes {size:,} bytes, more than {whose} "
+            f"memory ({limit:,} bytes)"
         )
 
 
@@ -341,13 +343,14 @@ def _check_fold_size(onode, values: dict[str, Value], what: str, max_bytes: int 
     if arg is None or len(onode.input) <= arg or not onode.input[arg]:
         return
     data = values[onode.input[arg]].data
-    if data is None or data.dtype.kind not in "iu" or max_bytes is None:
+    if data is None or data.dtype.kind not in "iu":
         return
+    limit = MAX_TENSOR_BYTES if max_bytes is None else max_bytes
     count = math.prod(abs(int(d)) for d in data.reshape(-1))
-    if count > max_bytes:
+    if count > limit:
         raise PackagerError(
             f"{what}: input '{onode.input[arg]}' = {data.reshape(-1).tolist()} asks for "
-            f"{count:,} elements, more than the board's memory ({max_bytes:,} bytes)"
+            f"{count:,} elements, more than the memory ({limit:,} bytes)"
         )
 
 
