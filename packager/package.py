@@ -119,7 +119,8 @@ def make_selftest(model, graph: Graph, seed: int = 0, path: str = "model"):
     rng = np.random.default_rng(seed)
     inputs = [random_input(graph.values[n].shape, graph.values[n].dtype, rng) for n in graph.inputs]
     try:
-        outputs = run_reference(model, dict(zip(graph.inputs, inputs, strict=True)))
+        feeds = dict(zip(graph.inputs, inputs, strict=True))
+        outputs = run_reference(_unique_node_names(model), feeds)
     except PackagerError:
         raise
     except Exception as e:  # onnxruntime and onnx's evaluator raise many types
@@ -128,7 +129,23 @@ def make_selftest(model, graph: Graph, seed: int = 0, path: str = "model"):
             f"{path}: the reference ({REFERENCE_NAMES}) cannot run the model for the "
             f"selftest: {type(e).__name__}: {first}"
         ) from e
-    return inputs, outputs
+    # A reference output a transpose left in Fortran order would be written as such.
+    return inputs, [np.ascontiguousarray(o) for o in outputs]
+
+
+def _unique_node_names(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy whose repeated node names get a suffix: ONNX allows them,
+    ONNX Runtime refuses them, and the fallback evaluator is slower and less exact."""
+    names = [n.name for n in model.graph.node if n.name]
+    if len(set(names)) == len(names):
+        return model
+    copy, seen = onnx.ModelProto(), set()
+    copy.CopyFrom(model)
+    for k, node in enumerate(copy.graph.node):
+        if node.name in seen:
+            node.name = f"{node.name}__{k}"
+        seen.add(node.name)
+    return copy
 
 
 def package(
