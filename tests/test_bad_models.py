@@ -198,3 +198,34 @@ def test_board_memory_field(tmp_path):
     assert host is not None and host > 1 << 26  # the machine's own, from sysconf
     with pytest.raises(PackagerError, match="memory_mb: 0 is less than the minimum 1"):
         check_board_file(small_board(tmp_path, 0))
+
+
+def transpose_model(name_twice: bool, out_type=TensorProto.FLOAT):
+    names = ("n", "n") if name_twice else ("a", "b")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name=names[0]),
+            helper.make_node("Transpose", ["r"], ["y"], name=names[1], perm=[1, 0]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5])],
+        [helper.make_tensor_value_info("y", out_type, [5, 3])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        transpose_model(name_twice=True),  # ONNX allows it, ONNX Runtime refuses it
+        transpose_model(name_twice=False, out_type=TensorProto.DOUBLE),  # ORT refuses it
+    ],
+    ids=["repeated node names", "declared output type"],
+)
+def test_selftest_reference_outputs_are_exact_and_in_c_order(model):
+    # onnx's evaluator (the fallback when ORT refuses a model) returns a transpose in
+    # Fortran order, which the selftest files cannot hold.
+    graph = import_onnx("m.onnx", None, model=model)
+    (x,), (y,) = make_selftest(model, graph)
+    assert y.flags.c_contiguous
+    np.testing.assert_array_equal(y, np.maximum(x, 0).T)
