@@ -16,6 +16,7 @@ from packager.errors import PackagerError
 from packager.frontend.importer import import_onnx
 from packager.graph.ir import Value
 from packager.package import make_selftest, memory_bytes
+from packager.runner import selftest_local
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -229,3 +230,33 @@ def test_selftest_reference_outputs_are_exact_and_in_c_order(model):
     (x,), (y,) = make_selftest(model, graph)
     assert y.flags.c_contiguous
     np.testing.assert_array_equal(y, np.maximum(x, 0).T)
+
+
+def test_gemm_inner_dims_that_differ(build):
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w"], ["y"], name="fc", transB=1)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6])],
+        [numpy_helper.from_array(np.ones((6, 12), np.float32), "w")],
+    )
+    code, err = build(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    assert code == 2
+    assert (
+        "node 'fc' (gemm): gemm: inner dims differ: A (2, 5) (trans_a=0) against "
+        "B (6, 12) (trans_b=1)"
+    ) in err
+
+
+def test_a_depthwise_conv_over_an_empty_width_builds_and_runs(build, tmp_path):
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="dw", group=8, pads=[1, 1, 1, 1])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 0])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 10, 0])],
+        [numpy_helper.from_array(np.ones((8, 1, 3, 3), np.float32), "w")],
+    )
+    code, err = build(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    assert code == 0, err
+    p = selftest_local(tmp_path / "out", load_board("host"))
+    assert p.returncode == 0 and "selftest: PASS" in p.stdout, p.stdout + p.stderr
