@@ -16,6 +16,7 @@ Used by tests/test_mutants.py and bench/mutants.py.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import random
 import resource
@@ -177,6 +178,31 @@ def mut_init_dim(m, rng):
     k = rng.randrange(len(t.dims))
     t.dims[k] = _dim(rng)
     return f"dim {k} of initializer '{t.name}' = {t.dims[k]}"
+
+
+def mut_init_reshape(m, rng):
+    """New data of another shape that agrees with its dims: reaches past the import checks
+    into the converters, passes and templates."""
+    import numpy as np
+
+    inits = [t for t in m.graph.initializer if t.data_type == TensorProto.FLOAT]
+    if not inits:
+        return None
+    t = rng.choice(inits)
+    dims = list(t.dims) or [1]
+    k = rng.randrange(len(dims))
+    op = rng.randrange(3)
+    if op == 0:
+        dims[k] = rng.choice((0, 1, 2, dims[k] + 1, dims[k] * 2))
+    elif op == 1:
+        dims.insert(k, rng.choice((1, 2)))
+    elif len(dims) > 1:
+        del dims[k]
+    if math.prod(dims) > 1 << 22:
+        return None
+    arr = np.random.default_rng(rng.randrange(1 << 30)).standard_normal(dims)
+    t.CopyFrom(numpy_helper.from_array(arr.astype(np.float32), t.name))
+    return f"initializer '{t.name}' remade as float32{dims}"
 
 
 def mut_rank(m, rng):
@@ -399,6 +425,8 @@ MUTATIONS = (
     mut_value_dim,
     mut_value_dim,
     mut_init_dim,
+    mut_init_reshape,
+    mut_init_reshape,
     mut_rank,
     mut_input_dtype,
     mut_init_dtype,
