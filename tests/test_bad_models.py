@@ -260,3 +260,23 @@ def test_a_depthwise_conv_over_an_empty_width_builds_and_runs(build, tmp_path):
     assert code == 0, err
     p = selftest_local(tmp_path / "out", load_board("host"))
     assert p.returncode == 0 and "selftest: PASS" in p.stdout, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize(
+    "w_shape, attrs, message",
+    [
+        ((8, 1, 3), {"group": 8}, "weight [8, 1, 3] and input [1, 8, 10, 10] differ in rank"),
+        ((8, 1, 3, 3), {"group": 0}, "group=0 must be positive"),
+    ],
+)
+def test_conv_weight_rank_and_group(build, w_shape, attrs, message):
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="dw", **attrs)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b", "c", "d"])],
+        [numpy_helper.from_array(np.ones(w_shape, np.float32), "w")],
+    )
+    code, err = build(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    assert code == 2
+    assert f"node 'dw' (Conv): {message}" in err
