@@ -132,12 +132,19 @@ def check_size(shape, dtype: str, what: str, max_bytes: int | None) -> None:
     if any(d < 0 for d in shape):
         raise PackagerError(f"{what}: negative dim in shape {list(shape)}")
     size = math.prod(shape) * np.dtype("bool" if dtype == "bool" else dtype).itemsize
-    limit, whose = (MAX_TENSOR_BYTES, "any") if max_bytes is None else (max_bytes, "the board's")
-    if size > limit:
+    if size > _limit(max_bytes):
         raise PackagerError(
-            f"{what}: {dtype}{list(shape)} takes {size:,} bytes, more than {whose} "
-            f"memory ({limit:,} bytes)"
+            f"{what}: {dtype}{list(shape)} takes {size:,} bytes, more than {_memory(max_bytes)}"
         )
+
+
+def _limit(max_bytes: int | None) -> int:
+    return MAX_TENSOR_BYTES if max_bytes is None else max_bytes
+
+
+def _memory(max_bytes: int | None) -> str:
+    whose = "any" if max_bytes is None else "the board's"
+    return f"{whose} memory ({_limit(max_bytes):,} bytes)"
 
 
 def check_initializer_inputs(model: onnx.ModelProto, path: str) -> None:
@@ -345,12 +352,11 @@ def _check_fold_size(onode, values: dict[str, Value], what: str, max_bytes: int 
     data = values[onode.input[arg]].data
     if data is None or data.dtype.kind not in "iu":
         return
-    limit = MAX_TENSOR_BYTES if max_bytes is None else max_bytes
     count = math.prod(abs(int(d)) for d in data.reshape(-1))
-    if count > limit:
+    if count > _limit(max_bytes):
         raise PackagerError(
             f"{what}: input '{onode.input[arg]}' = {data.reshape(-1).tolist()} asks for "
-            f"{count:,} elements, more than the memory ({limit:,} bytes)"
+            f"{count:,} elements, more than {_memory(max_bytes)}"
         )
 
 
