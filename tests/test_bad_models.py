@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -201,7 +202,7 @@ def test_board_memory_field(tmp_path):
         check_board_file(small_board(tmp_path, 0))
 
 
-def transpose_model(name_twice: bool, out_type=TensorProto.FLOAT):
+def transpose_model(name_twice: bool, out_type=TensorProto.FLOAT) -> onnx.ModelProto:
     names = ("n", "n") if name_twice else ("a", "b")
     graph = helper.make_graph(
         [
@@ -215,15 +216,10 @@ def transpose_model(name_twice: bool, out_type=TensorProto.FLOAT):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
-@pytest.mark.parametrize(
-    "model",
-    [
-        transpose_model(name_twice=True),  # ONNX allows it, ONNX Runtime refuses it
-        transpose_model(name_twice=False, out_type=TensorProto.DOUBLE),  # ORT refuses it
-    ],
-    ids=["repeated node names", "declared output type"],
-)
-def test_selftest_reference_outputs_are_exact_and_in_c_order(model):
+def test_selftest_reference_outputs_are_exact_and_in_c_order():
+    # ONNX allows repeated node names, ONNX Runtime refuses them; onnx's evaluator (the
+    # fallback) returns a transpose in Fortran order, which the selftest files cannot hold.
+    model = transpose_model(name_twice=True)
     # onnx's evaluator (the fallback when ORT refuses a model) returns a transpose in
     # Fortran order, which the selftest files cannot hold.
     graph = import_onnx("m.onnx", None, model=model)
@@ -280,3 +276,51 @@ def test_conv_weight_rank_and_group(build, w_shape, attrs, message):
     code, err = build(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
     assert code == 2
     assert f"node 'dw' (Conv): {message}" in err
+
+
+def test_a_graph_output_declared_with_another_type(build):
+    code, err = build(transpose_model(name_twice=False, out_type=TensorProto.DOUBLE))
+    assert code == 2
+    assert "graph output 'y' is declared DOUBLE, but the model computes float32" in err
+
+
+def test_batch_norm_statistics_of_the_wrong_shape(build):
+    stats = [np.ones(n, np.float32) for n in (4, 4, 3, 4)]  # mean has 3 values for 4 channels
+    names = ["scale", "bias", "mean", "var"]
+    graph = helper.make_graph(
+        [helper.make_node("BatchNormalization", ["x", *names], ["y"], name="bn")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 5, 5])],
+        [numpy_helper.from_array(a, n) for a, n in zip(stats, names, strict=True)],
+    )
+    code, err = build(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    assert code == 2
+    assert "node 'bn' (BatchNormalization): mean 'mean' has shape [3], expected [4]" in err
+
+
+def test_clip_with_a_bound_of_many_values(build):
+    graph = helper.make_graph(
+        [helper.make_node("Clip", ["x", "lo"], ["y"], name="clip")],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("lo", TensorProto.FLOAT, [2, 3]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    code, err = build(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    assert code == 2
+    assert "node 'clip' (Clip): input 1 (min) must have one element, not shape [2, 3]" in err
+
+
+def test_cast_to_an_unknown_type(build):
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["y"], name="cast", to=99)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    code, err = build(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    assert code == 2
+    assert "cast" in err and "99" in err

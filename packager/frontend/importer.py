@@ -268,10 +268,22 @@ def import_onnx(
             nodes.append(node)
 
     outputs = [o.name for o in model.graph.output]
-    for o in outputs:
-        if o not in values:
-            raise PackagerError(f"{path}: graph output '{o}' is produced by no node")
+    for o in model.graph.output:
+        if o.name not in values:
+            raise PackagerError(f"{path}: graph output '{o.name}' is produced by no node")
+        check_declared_type(o, values[o.name], path)
     return Graph(model.graph.name or "model", list(inputs), outputs, nodes, values)
+
+
+def check_declared_type(vi: onnx.ValueInfoProto, value: Value, path: str) -> None:
+    """A graph output's declared element type, when given, must be the computed one: other
+    runtimes (the selftest's reference among them) refuse a model where it is not."""
+    declared = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+    if declared and ONNX_DTYPES.get(declared) != value.dtype:
+        raise PackagerError(
+            f"{path}: graph output '{vi.name}' is declared {type_name(declared)}, "
+            f"but the model computes {value.dtype}"
+        )
 
 
 def is_foldable(onode: onnx.NodeProto, values: dict[str, Value]) -> bool:
