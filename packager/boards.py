@@ -89,6 +89,7 @@ class Board:
     big_cores: tuple[int, ...] = ()
     cache: Cache | None = None
     opencl: OpenCL | None = None
+    memory_mb: int | None = None
     # ``connections`` holds every way to reach the board (a pool); ``connection`` is its
     # first entry, for code that needs just one. Both empty for the local machine.
     connection: Connection | None = None
@@ -303,6 +304,13 @@ SCHEMA: tuple[Field, ...] = (
         "The board's OpenCL GPU; absent when it has none (or it is not to be used).",
         fields=OPENCL_FIELDS,
         make=OpenCL,
+    ),
+    Field(
+        "memory_mb",
+        "int",
+        "Memory of the board in MiB: a model tensor larger than this is refused at build "
+        "time. Absent: the local machine's memory, no limit for a remote board.",
+        min=1,
     ),
     Field(
         "connection",

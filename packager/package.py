@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ import onnx
 from . import __version__
 from .boards import Board
 from .bundle import write_bundle, write_bundle_files
+from .errors import PackagerError
 from .frontend.importer import import_onnx, load_model
 from .graph import conv_algorithms
 from .graph.ir import Graph
@@ -23,6 +25,8 @@ from .reference import random_input, run_reference
 from .safe_paths import check_bundle_output
 from .target import Target
 from .toolchain import FILE_NAME, toolchain_file, wants_toolchain_file
+
+REFERENCE_NAMES = "onnxruntime, else onnx's reference evaluator"
 
 
 @dataclass
@@ -47,7 +51,7 @@ def prepare_graph(
 ) -> tuple[Graph, MemoryPlan]:
     """The optimized graph and its memory plan: what lowering (and the tuner's task
     extraction, which must see the same kernels) starts from."""
-    graph = import_onnx(path, input_shapes, model)
+    graph = import_onnx(path, input_shapes, model, memory_bytes(board or _host()))
     if log:
         log(f"imported {len(model.graph.node)} ONNX nodes -> {len(graph.nodes)} ops")
     graph = optimize(graph, PassContext(board, set(disabled_passes or ())))
@@ -93,18 +97,57 @@ def compile_model(
     return Compiled(graph, plan, kernels, funcs, target.cores, target.big_cores)
 
 
+def memory_bytes(board: Board) -> int | None:
+    """The board's memory: its profile's ``memory_mb``, else this machine's when the board
+    is the local machine, else unknown."""
+    if board.memory_mb is not None:
+        return board.memory_mb << 20
+    if not board.is_local:
+        return None
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):  # not every system names these
+        return None
+
+
 def _host() -> Board:
     from .boards import load_board
 
     return load_board("host")
 
 
-def make_selftest(model, graph: Graph, seed: int = 0):
+def make_selftest(model, graph: Graph, seed: int = 0, path: str = "model"):
     """Random inputs and the reference's outputs for them."""
     rng = np.random.default_rng(seed)
     inputs = [random_input(graph.values[n].shape, graph.values[n].dtype, rng) for n in graph.inputs]
-    outputs = run_reference(model, dict(zip(graph.inputs, inputs, strict=True)))
-    return inputs, outputs
+    try:
+        feeds = dict(zip(graph.inputs, inputs, strict=True))
+        outputs = run_reference(_unique_node_names(model), feeds)
+    except PackagerError:
+        raise
+    except Exception as e:  # onnxruntime and onnx's evaluator raise many types
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        raise PackagerError(
+            f"{path}: the reference ({REFERENCE_NAMES}) cannot run the model for the "
+            f"selftest: {type(e).__name__}: {first}"
+        ) from e
+    # A reference output a transpose left in Fortran order would be written as such.
+    return inputs, [np.ascontiguousarray(o) for o in outputs]
+
+
+def _unique_node_names(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy whose repeated node names get a suffix: ONNX allows them,
+    ONNX Runtime refuses them, and the fallback evaluator is slower and less exact."""
+    names = [n.name for n in model.graph.node if n.name]
+    if len(set(names)) == len(names):
+        return model
+    copy, seen = onnx.ModelProto(), set()
+    copy.CopyFrom(model)
+    for k, node in enumerate(copy.graph.node):
+        if node.name in seen:
+            node.name = f"{node.name}__{k}"
+        seen.add(node.name)
+    return copy
 
 
 def package(
@@ -130,7 +173,7 @@ def package(
     compiled = compile_model(
         model, board, input_shapes, model_path, say, tuning=tuning, conv_algorithm=conv_algorithm
     )
-    tests = make_selftest(model, compiled.graph) if selftest else None
+    tests = make_selftest(model, compiled.graph, path=model_path) if selftest else None
     manifest = {
         "format": "packager-bundle",
         "version": 1,

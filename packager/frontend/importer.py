@@ -10,6 +10,7 @@ op's own compute, so the shapes the kernels are generated for are the ones check
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -43,6 +44,9 @@ SHAPE_ONLY = {"Shape", "Size"}
 # Ops whose output shape is their input's value: supported when the inputs are constants.
 VALUE_SHAPED = {"ConstantOfShape", "Range", "Constant"}
 DEFAULT_DOMAINS = ("", "ai.onnx")
+# Element types an initializer may have when only package-time folding reads it (a Cast of
+# float16 weights): numpy holds them, the kernels never see them.
+FOLD_ONLY_DTYPES = {onnx.TensorProto.FLOAT16: "float16"}
 
 
 def load_model(path: str) -> onnx.ModelProto:
@@ -60,7 +64,42 @@ def load_model(path: str) -> onnx.ModelProto:
     except onnx.checker.ValidationError as e:
         first = str(e).strip().splitlines()[0]
         raise PackagerError(f"{path}: invalid ONNX model: {first}") from e
+    except UnicodeDecodeError as e:  # protobuf keeps a str field's bytes as they were
+        raise PackagerError(
+            f"{path}: invalid ONNX model: a name or string is not valid UTF-8 ({e.reason} "
+            f"at byte {e.start} of {e.object[max(0, e.start - 20) : e.end + 20]!r})"
+        ) from e
     return model
+
+
+def check_names(model: onnx.ModelProto, path: str) -> None:
+    """Names go into the bundle and its messages; protobuf hands one that is not valid
+    UTF-8 over as bytes, and onnx's checker does not read every name."""
+    for what, name in _names(model.graph):
+        if not isinstance(name, str):
+            raise PackagerError(f"{path}: {what}: the name {name!r} is not valid UTF-8")
+
+
+def _names(g: onnx.GraphProto):
+    for kind, seq in (("input", g.input), ("output", g.output), ("initializer", g.initializer)):
+        yield from ((f"graph {kind} {k}", v.name) for k, v in enumerate(seq, 1))
+    for k, node in enumerate(g.node, 1):
+        where = f"node {k} ({node.op_type})"
+        yield where, node.name
+        yield from ((f"{where}: input {i}", n) for i, n in enumerate(node.input))
+        yield from ((f"{where}: output {i}", n) for i, n in enumerate(node.output))
+
+
+def check_outputs(model: onnx.ModelProto, path: str) -> None:
+    """A bundle's outputs are addressed by name: at least one, each named once."""
+    names = [o.name for o in model.graph.output]
+    if not names:
+        raise PackagerError(f"{path}: the graph has no outputs")
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise PackagerError(f"{path}: graph output '{name}' is listed more than once")
+        seen.add(name)
 
 
 def model_opset(model: onnx.ModelProto) -> int:
@@ -70,11 +109,82 @@ def model_opset(model: onnx.ModelProto) -> int:
     return 1
 
 
+KERNEL_DTYPES = set(ONNX_DTYPES.values())
+# Without a board's memory size a tensor is still bounded: the memory plan adds sizes in
+# int64 and the runtime in size_t, which a model's huge dims would overflow.
+MAX_TENSOR_BYTES = 1 << 48
+
+
 def dtype_of(elem_type: int, what: str) -> str:
     if elem_type not in ONNX_DTYPES:
-        name = onnx.TensorProto.DataType.Name(elem_type)
-        raise PackagerError(f"{what}: element type {name} is not supported")
+        raise PackagerError(f"{what}: element type {type_name(elem_type)} is not supported")
     return ONNX_DTYPES[elem_type]
+
+
+def type_name(elem_type: int) -> str:
+    """The ONNX name of an element type, or the number when it names none."""
+    names = {v: k for k, v in onnx.TensorProto.DataType.items()}
+    return names.get(elem_type, f"{elem_type} (not an ONNX element type)")
+
+
+def check_size(shape, dtype: str, what: str, max_bytes: int | None) -> None:
+    """Refuse a tensor with a negative dim, or larger than the board's memory."""
+    if any(d < 0 for d in shape):
+        raise PackagerError(f"{what}: negative dim in shape {list(shape)}")
+    size = math.prod(shape) * np.dtype("bool" if dtype == "bool" else dtype).itemsize
+    if size > _limit(max_bytes):
+        raise PackagerError(
+            f"{what}: {dtype}{list(shape)} takes {size:,} bytes, more than {_memory(max_bytes)}"
+        )
+
+
+def _limit(max_bytes: int | None) -> int:
+    return MAX_TENSOR_BYTES if max_bytes is None else max_bytes
+
+
+def _memory(max_bytes: int | None) -> str:
+    whose = "any" if max_bytes is None else "the board's"
+    return f"{whose} memory ({_limit(max_bytes):,} bytes)"
+
+
+def check_initializer_inputs(model: onnx.ModelProto, path: str) -> None:
+    """An initializer also listed as a graph input (a default value, in ONNX's terms) is
+    taken as a constant: the type and dims the input declares must be the initializer's,
+    else other runtimes read the model differently."""
+    inits = {t.name: t for t in model.graph.initializer}
+    for vi in model.graph.input:
+        t = inits.get(vi.name)
+        if t is None or not vi.type.HasField("tensor_type"):
+            continue
+        tt = vi.type.tensor_type
+        declared = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        shape_differs = tt.HasField("shape") and (
+            len(declared) != len(t.dims)
+            or any(d is not None and d != k for d, k in zip(declared, t.dims, strict=True))
+        )
+        if tt.elem_type != t.data_type or shape_differs:
+            raise PackagerError(
+                f"{path}: input '{vi.name}' is declared {type_name(tt.elem_type)}"
+                f"{['?' if d is None else d for d in declared]}, but its initializer is "
+                f"{type_name(t.data_type)}{list(t.dims)}"
+            )
+
+
+def load_initializer(t: onnx.TensorProto, path: str, max_bytes: int | None) -> Value:
+    """An initializer as a constant Value; its declared type, dims and data must agree."""
+    what = f"{path}: initializer '{t.name}'"
+    if t.data_type not in ONNX_DTYPES and t.data_type not in FOLD_ONLY_DTYPES:
+        raise PackagerError(f"{what}: element type {type_name(t.data_type)} is not supported")
+    dtype = ONNX_DTYPES.get(t.data_type) or FOLD_ONLY_DTYPES[t.data_type]
+    check_size(tuple(t.dims), dtype, what, max_bytes)
+    try:
+        arr = numpy_helper.to_array(t)
+    except Exception as e:  # numpy says a size or type mismatch in several ways
+        raise PackagerError(
+            f"{what}: its data does not fit dims {list(t.dims)} of type "
+            f"{type_name(t.data_type)} ({e})"
+        ) from e
+    return Value(t.name, tuple(arr.shape), np_to_dtype(arr), arr)
 
 
 def np_to_dtype(arr: np.ndarray) -> str:
@@ -82,7 +192,10 @@ def np_to_dtype(arr: np.ndarray) -> str:
 
 
 def graph_input_shapes(
-    model: onnx.ModelProto, overrides: dict[str, list[int]] | None, path: str = "model"
+    model: onnx.ModelProto,
+    overrides: dict[str, list[int]] | None,
+    path: str = "model",
+    max_bytes: int | None = None,
 ) -> dict[str, tuple[tuple[int, ...], str]]:
     """Name -> (shape, dtype) of every runtime input, dynamic dims fixed by ``overrides``."""
     overrides = dict(overrides or {})
@@ -98,7 +211,8 @@ def graph_input_shapes(
     out = {}
     for vi in inputs:
         tt = vi.type.tensor_type
-        dtype = dtype_of(tt.elem_type, f"{path}: input '{vi.name}'")
+        what = f"{path}: input '{vi.name}'"
+        dtype = dtype_of(tt.elem_type, what)
         dims = [
             d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim
         ]
@@ -117,19 +231,28 @@ def graph_input_shapes(
                 f"{path}: input '{vi.name}' has dynamic dims [{', '.join(map(str, dims))}]; "
                 f"fix them with --input-shape {vi.name}=D0,D1,..."
             )
+        check_size(shape, dtype, what, max_bytes)
         out[vi.name] = (shape, dtype)
     return out
 
 
-def import_onnx(path: str, input_shapes: dict[str, list[int]] | None = None, model=None) -> Graph:
-    """The Graph of the model at ``path`` (or of ``model`` if given) with fixed shapes."""
+def import_onnx(
+    path: str,
+    input_shapes: dict[str, list[int]] | None = None,
+    model=None,
+    max_bytes: int | None = None,
+) -> Graph:
+    """The Graph of the model at ``path`` (or of ``model`` if given) with fixed shapes.
+    ``max_bytes``: the board's memory; a larger tensor is refused before it is computed."""
     model = model if model is not None else load_model(path)
+    check_outputs(model, path)
+    check_names(model, path)
     opset = model_opset(model)
     values: dict[str, Value] = {}
     for t in model.graph.initializer:
-        arr = numpy_helper.to_array(t)
-        values[t.name] = Value(t.name, tuple(arr.shape), np_to_dtype(arr), arr)
-    inputs = graph_input_shapes(model, input_shapes, path)
+        values[t.name] = load_initializer(t, path, max_bytes)
+    check_initializer_inputs(model, path)
+    inputs = graph_input_shapes(model, input_shapes, path, max_bytes)
     for name, (shape, dtype) in inputs.items():
         values[name] = Value(name, shape, dtype)
 
@@ -138,17 +261,29 @@ def import_onnx(path: str, input_shapes: dict[str, list[int]] | None = None, mod
     nodes: list[Node] = []
     for onode in model.graph.node:
         if is_foldable(onode, values):
-            fold(onode, values, opset, path)
+            fold(onode, values, opset, path, max_bytes)
             continue
         for node in get_converter(onode.op_type)(ctx, onode):
-            infer_node(node, values, path)
+            infer_node(node, values, path, max_bytes)
             nodes.append(node)
 
     outputs = [o.name for o in model.graph.output]
-    for o in outputs:
-        if o not in values:
-            raise PackagerError(f"{path}: graph output '{o}' is produced by no node")
+    for o in model.graph.output:
+        if o.name not in values:
+            raise PackagerError(f"{path}: graph output '{o.name}' is produced by no node")
+        check_declared_type(o, values[o.name], path)
     return Graph(model.graph.name or "model", list(inputs), outputs, nodes, values)
+
+
+def check_declared_type(vi: onnx.ValueInfoProto, value: Value, path: str) -> None:
+    """A graph output's declared element type, when given, must be the computed one: other
+    runtimes (the selftest's reference among them) refuse a model where it is not."""
+    declared = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+    if declared and ONNX_DTYPES.get(declared) != value.dtype:
+        raise PackagerError(
+            f"{path}: graph output '{vi.name}' is declared {type_name(declared)}, "
+            f"but the model computes {value.dtype}"
+        )
 
 
 def is_foldable(onode: onnx.NodeProto, values: dict[str, Value]) -> bool:
@@ -189,8 +324,17 @@ def check_supported(model: onnx.ModelProto, values: dict[str, Value], path: str)
         raise UnsupportedOpsError(missing, path)
 
 
-def fold(onode: onnx.NodeProto, values: dict[str, Value], opset: int, path: str) -> None:
+def fold(
+    onode: onnx.NodeProto,
+    values: dict[str, Value],
+    opset: int,
+    path: str,
+    max_bytes: int | None = None,
+) -> None:
     """Evaluate a node now, with onnx's reference implementation of its op."""
+    label = onode.name or (onode.output[0] if onode.output else "?")
+    what = f"{path}: node '{label}' ({onode.op_type})"
+    _check_fold_size(onode, values, what, max_bytes)
     feeds = {}
     for i in onode.input:
         if not i:
@@ -203,14 +347,33 @@ def fold(onode: onnx.NodeProto, values: dict[str, Value], opset: int, path: str)
     try:
         outs = evaluator(_one_node_model(onode, feeds, opset)).run(None, feeds)
     except Exception as e:
-        label = onode.name or onode.output[0]
-        raise PackagerError(
-            f"{path}: node '{label}' ({onode.op_type}): cannot evaluate at package time: {e}"
-        ) from e
+        reason = "out of memory" if isinstance(e, MemoryError) else e
+        raise PackagerError(f"{what}: cannot evaluate at package time: {reason}") from e
     for name, arr in zip(onode.output, outs, strict=False):
         if name:
             arr = np.asarray(arr)
+            check_size(arr.shape, np_to_dtype(arr), f"{what}: output '{name}'", max_bytes)
             values[name] = Value(name, tuple(arr.shape), np_to_dtype(arr), arr)
+
+
+def _check_fold_size(onode, values: dict[str, Value], what: str, max_bytes: int | None) -> None:
+    """Ops whose output size is an input's value: refuse a huge one before allocating it."""
+    arg = _SIZED_BY_VALUE.get(onode.op_type)
+    if arg is None or len(onode.input) <= arg or not onode.input[arg]:
+        return
+    data = values[onode.input[arg]].data
+    if data is None or data.dtype.kind not in "iu":
+        return
+    count = math.prod(abs(int(d)) for d in data.reshape(-1))
+    if count > _limit(max_bytes):
+        raise PackagerError(
+            f"{what}: input '{onode.input[arg]}' = {data.reshape(-1).tolist()} asks for "
+            f"{count:,} elements, more than {_memory(max_bytes)}"
+        )
+
+
+# Op type -> the input whose values multiply to (a bound of) the output's size.
+_SIZED_BY_VALUE = {"ConstantOfShape": 0, "Expand": 1, "Tile": 1}
 
 
 def _one_node_model(onode: onnx.NodeProto, feeds: dict, opset: int) -> onnx.ModelProto:
@@ -224,7 +387,9 @@ def _one_node_model(onode: onnx.NodeProto, feeds: dict, opset: int) -> onnx.Mode
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def infer_node(node: Node, values: dict[str, Value], path: str) -> None:
+def infer_node(
+    node: Node, values: dict[str, Value], path: str, max_bytes: int | None = None
+) -> None:
     """Set the Values of ``node``'s outputs from its op's compute."""
     outs = node_compute(node, values, path)
     if len(outs) != len(node.outputs):
@@ -234,11 +399,21 @@ def infer_node(node: Node, values: dict[str, Value], path: str) -> None:
         )
     for name, t in zip(node.outputs, outs, strict=True):
         if name:
+            check_size(
+                t.shape, t.dtype, f"{path}: node '{node.source}': output '{name}'", max_bytes
+            )
             values[name] = Value(name, tuple(t.shape), t.dtype)
 
 
 def node_compute(node: Node, values: dict[str, Value], path: str = "model") -> list[te.Tensor]:
     """The op's compute on placeholders shaped like the node's inputs."""
+    for i in node.inputs:
+        if values[i].dtype not in KERNEL_DTYPES:
+            raise PackagerError(
+                f"{path}: node '{node.source}' ({node.op}): input '{i}' has element type "
+                f"{values[i].dtype}, which no kernel takes (supported: "
+                f"{', '.join(ONNX_DTYPES.values())})"
+            )
     args = [
         te.placeholder(values[i].shape, values[i].dtype, f"in{k}")
         for k, i in enumerate(node.inputs)

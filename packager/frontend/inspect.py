@@ -8,7 +8,14 @@ import onnx
 
 from ..errors import PackagerError
 from .converters.registry import get_converter
-from .importer import DEFAULT_DOMAINS, SHAPE_ONLY, graph_input_shapes, load_model, model_opset
+from .importer import (
+    DEFAULT_DOMAINS,
+    SHAPE_ONLY,
+    graph_input_shapes,
+    load_model,
+    model_opset,
+    type_name,
+)
 
 
 def _dims(vi: onnx.ValueInfoProto) -> list:
@@ -19,7 +26,7 @@ def _dims(vi: onnx.ValueInfoProto) -> list:
 
 
 def _elem(vi: onnx.ValueInfoProto) -> str:
-    return onnx.TensorProto.DataType.Name(vi.type.tensor_type.elem_type).lower()
+    return type_name(vi.type.tensor_type.elem_type).lower()
 
 
 def inspect_model(path: str, input_shapes: dict | None = None) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,7 +23,8 @@ class Value:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(np_dtype(self.dtype)).itemsize
+        # Python ints: numpy's int64 product wraps around for a model's huge dims.
+        return math.prod(self.shape) * np.dtype(np_dtype(self.dtype)).itemsize
 
 
 @dataclass

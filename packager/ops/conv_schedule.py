@@ -41,7 +41,8 @@ MAX_OC_TILE = 4
 
 
 def _divisors(n: int, most: int) -> list[int]:
-    return [d for d in range(1, min(n, most) + 1) if n % d == 0]
+    # [1] for an empty (zero-sized) extent: it has no divisor, and any tile will do.
+    return [d for d in range(1, min(n, most) + 1) if n % d == 0] or [1]
 
 
 def default_tile(out_blocks: int, out_width: int, budget: int = ACC_REGS) -> tuple[int, int]:

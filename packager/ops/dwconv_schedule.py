@@ -45,7 +45,8 @@ def is_depthwise(conv: te.Tensor) -> bool:
 
 
 def _largest_divisor(n: int, most: int) -> int:
-    return max(d for d in range(1, min(n, most) + 1) if n % d == 0)
+    # default=1: an empty (zero-sized) extent has no divisor, and any tile will do.
+    return max((d for d in range(1, min(n, most) + 1) if n % d == 0), default=1)
 
 
 def default_pad(vectorized: bool) -> str:

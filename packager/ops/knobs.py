@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# The largest split factor a knob offers: no tile is wider, and listing every divisor of
+# a huge extent (a model's dim can be 2**40) would take forever.
+MAX_SPLIT = 4096
+
 
 @dataclass(frozen=True)
 class Knob:
@@ -38,9 +42,8 @@ class Config:
 
     def define_split(self, name: str, extent: int, default: int, most: int | None = None) -> int:
         """A split factor of ``extent``: one of its divisors (up to ``most``)."""
-        divisors = [
-            d for d in range(1, extent + 1) if extent % d == 0 and (most is None or d <= most)
-        ]
+        top = min(extent, MAX_SPLIT if most is None else most)
+        divisors = [d for d in range(1, top + 1) if extent % d == 0]
         best = max((d for d in divisors if d <= default), default=1)
         return self.define(name, divisors, best)
 

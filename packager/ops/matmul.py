@@ -78,7 +78,12 @@ def gemm(inputs, attrs):
             raise ValueError(f"gemm: packed B {b.shape} does not match b_block={nb}, K={kk}")
         n = b.shape[0] * nb
     else:
-        n = b.shape[0] if tb else b.shape[1]
+        n, bk = (b.shape[0], b.shape[1]) if tb else (b.shape[1], b.shape[0])
+        if bk != kk:
+            raise ValueError(
+                f"gemm: inner dims differ: A {a.shape} (trans_a={int(ta)}) against "
+                f"B {b.shape} (trans_b={int(tb)})"
+            )
     k = te.reduce_axis(kk, "k")
 
     def f(i, j):

@@ -19,14 +19,23 @@ def _spatial(ctx, node):
     w = ctx.value(node.input[1])
     if len(x.shape) < 3:
         ctx.fail(node, f"input must have batch, channel and spatial dims, got {list(x.shape)}")
+    if len(w.shape) != len(x.shape):
+        ctx.fail(node, f"weight {list(w.shape)} and input {list(x.shape)} differ in rank")
     return x, w, kernel_shape(ctx, node, w.shape)
+
+
+def _group(ctx, node) -> int:
+    group = int(ctx.attr(node, "group", 1))
+    if group < 1:
+        ctx.fail(node, f"group={group} must be positive")
+    return group
 
 
 @converter("Conv")
 def conv(ctx, node):
     check_attrs(ctx, node, _WINDOW | {"group"})
     x, w, kernel = _spatial(ctx, node)
-    group = int(ctx.attr(node, "group", 1))
+    group = _group(ctx, node)
     if x.shape[1] != w.shape[1] * group or w.shape[0] % group:
         ctx.fail(node, f"group={group} does not fit input {list(x.shape)}, weight {list(w.shape)}")
     attrs = window_attrs(ctx, node, x.shape[2:], kernel)
@@ -38,7 +47,7 @@ def conv_transpose(ctx, node):
     check_attrs(ctx, node, _WINDOW | {"group", "output_padding", "output_shape"})
     x, w, kernel = _spatial(ctx, node)
     nd = len(kernel)
-    group = int(ctx.attr(node, "group", 1))
+    group = _group(ctx, node)
     if x.shape[1] != w.shape[0] or w.shape[0] % group:
         ctx.fail(node, f"group={group} does not fit input {list(x.shape)}, weight {list(w.shape)}")
     auto_pad = ctx.attr(node, "auto_pad", "NOTSET")

@@ -4,11 +4,13 @@ more than a renaming (Clip, PRelu, Cast, Dropout, ...)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx
 
 from ...ops.broadcast import broadcast_shape
-from ..importer import ONNX_DTYPES
+from ..importer import ONNX_DTYPES, type_name
 from ._common import check_attrs, const_output, reshaped, scalar
 from .registry import converter
 
@@ -175,6 +177,10 @@ def clip(ctx, node):
     if all(v is None or v.is_const for v in present):
         lo, hi = (scalar(ctx, node, i, w) for i, w in ((1, "min"), (2, "max")))
         return [ctx.node("clip", node, [node.input[0]], min=lo, max=hi)]
+    for k, v in enumerate(present, 1):
+        if v is not None and math.prod(v.shape) != 1:
+            what = ("min", "max")[k - 1]
+            ctx.fail(node, f"input {k} ({what}) must have one element, not shape {list(v.shape)}")
     nodes, y = [], node.input[0]
     for k, op in ((1, "maximum"), (2, "minimum")):
         if present[k - 1] is None:
@@ -188,9 +194,12 @@ def clip(ctx, node):
 
 def dtype_from_onnx(ctx, node, to) -> str:
     if isinstance(to, str):  # opset < 6 names the type
-        to = onnx.TensorProto.DataType.Value(to.upper())
+        names = dict(onnx.TensorProto.DataType.items())
+        if to.upper() not in names:
+            ctx.fail(node, f"type {to!r} is not an ONNX element type")
+        to = names[to.upper()]
     if to not in ONNX_DTYPES:
-        ctx.fail(node, f"type {onnx.TensorProto.DataType.Name(to)} is not supported")
+        ctx.fail(node, f"type {type_name(to)} is not supported")
     return ONNX_DTYPES[to]
 
 

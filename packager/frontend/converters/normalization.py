@@ -23,6 +23,17 @@ def _folded(ctx, node, eps: float):
     )
 
 
+def _check_statistics(ctx, node) -> None:
+    """Scale, bias, mean and variance: one value per channel each."""
+    shape = ctx.value(node.input[0]).shape
+    if len(shape) < 2 or len(node.input) < 5:
+        ctx.fail(node, f"expected an input with channels and 4 statistics, got {list(shape)}")
+    for name, what in zip(node.input[1:5], ("scale", "B", "mean", "var"), strict=True):
+        got = ctx.value(name).shape
+        if tuple(got) != (shape[1],):
+            ctx.fail(node, f"{what} '{name}' has shape {list(got)}, expected [{shape[1]}]")
+
+
 @converter("BatchNormalization")
 def batch_norm(ctx, node):
     check_attrs(ctx, node, {"epsilon", "momentum", "training_mode", "is_test", "spatial"})
@@ -34,6 +45,7 @@ def batch_norm(ctx, node):
         ctx.fail(node, "the training outputs (running/saved mean and variance) are not supported")
     eps = float(ctx.attr(node, "epsilon", 1e-5))
     x = node.input[0]
+    _check_statistics(ctx, node)
     folded = _folded(ctx, node, eps)
     if folded is not None:
         return [ctx.node("scale_shift", node, [x, *folded])]
