@@ -76,6 +76,11 @@ def walk_stmts(s: Stmt) -> Iterator[Stmt]:
         stack.extend(reversed(stmt_children(n)))
 
 
+def stmts_of(s: Stmt, kind: type | tuple[type, ...]) -> list:
+    """The statements of class ``kind`` in the tree, pre-order."""
+    return [n for n in walk_stmts(s) if isinstance(n, kind)]
+
+
 def walk_exprs(s: Stmt) -> Iterator[Expr]:
     """Every expression node of the tree: each statement's expressions, and their
     sub-expressions, in statement pre-order."""
@@ -100,6 +105,25 @@ class StmtVisitor:
 
     def visit_expr(self, e: Expr) -> None:
         pass
+
+
+class LoopVisitor(StmtVisitor):
+    """A StmtVisitor that knows where it is: ``self.loops`` holds the For statements
+    around the statement being visited, outermost first (a loop's own bounds are
+    visited outside it)."""
+
+    def __init__(self) -> None:
+        self.loops: list[For] = []
+
+    def visit_For(self, s: For) -> None:
+        for e in stmt_exprs(s):
+            self.visit_expr(e)
+        self.loops.append(s)
+        try:
+            for c in stmt_children(s):
+                self.visit(c)
+        finally:
+            self.loops.pop()
 
 
 class StmtMutator:
