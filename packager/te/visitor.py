@@ -81,12 +81,18 @@ def stmts_of(s: Stmt, kind: type | tuple[type, ...]) -> list:
     return [n for n in walk_stmts(s) if isinstance(n, kind)]
 
 
+def expr_roots(s: Stmt) -> Iterator[Expr]:
+    """Each statement's own expressions, in statement pre-order: the root of every
+    expression tree in the statement tree."""
+    for n in walk_stmts(s):
+        yield from stmt_exprs(n)
+
+
 def walk_exprs(s: Stmt) -> Iterator[Expr]:
     """Every expression node of the tree: each statement's expressions, and their
     sub-expressions, in statement pre-order."""
-    for n in walk_stmts(s):
-        for e in stmt_exprs(n):
-            yield from walk(e)
+    for e in expr_roots(s):
+        yield from walk(e)
 
 
 class StmtVisitor:
