@@ -11,6 +11,11 @@ Expressions already have their generic traversal in te/expr.py (``children``,
 ``with_children``, ``rewrite``); the visitor hands each expression of a statement to
 ``visit_expr`` and the mutator to ``mutate_expr``, which default to doing nothing.
 A new statement kind (a DMA copy, a dependency token) joins by ``register``.
+
+``LoopVisitor`` keeps the loops around the statement being visited (what cost features
+and bound checks ask); ``stmts_of``, ``expr_roots`` and ``walk_exprs`` answer the
+common queries without a class; ``dispatch`` is the by-name per-class call that the
+visitors use, open to passes over expressions too (the numpy evaluator).
 """
 
 from __future__ import annotations
@@ -95,13 +100,19 @@ def walk_exprs(s: Stmt) -> Iterator[Expr]:
         yield from walk(e)
 
 
+def dispatch(handler, node, fallback: Callable):
+    """``handler.visit_<class of node>(node)``, else ``fallback(node)``: how a pass names
+    the node kinds it handles, statements and expressions alike."""
+    method = getattr(handler, "visit_" + type(node).__name__, None)
+    return method(node) if method is not None else fallback(node)
+
+
 class StmtVisitor:
     """Calls ``visit_<Class>`` for each statement, else ``generic_visit``, which visits
     the statement's expressions with ``visit_expr`` and then its sub-statements."""
 
     def visit(self, s: Stmt):
-        method = getattr(self, "visit_" + type(s).__name__, None)
-        return method(s) if method is not None else self.generic_visit(s)
+        return dispatch(self, s, self.generic_visit)
 
     def generic_visit(self, s: Stmt) -> None:
         for e in stmt_exprs(s):
@@ -139,8 +150,7 @@ class StmtMutator:
     shared. A ``visit_`` method may return ``None`` to drop a statement from its parent."""
 
     def visit(self, s: Stmt) -> Stmt | None:
-        method = getattr(self, "visit_" + type(s).__name__, None)
-        return method(s) if method is not None else self.generic_visit(s)
+        return dispatch(self, s, self.generic_visit)
 
     def generic_visit(self, s: Stmt) -> Stmt | None:
         expr_fields, stmt_fields = _fields(s)

@@ -2,7 +2,8 @@ import time
 
 from packager import te
 from packager.codegen import codegen_c
-from packager.te.ir import Allocate, For, IfThenElse, Store, walk_stmts
+from packager.te.ir import Allocate, For, IfThenElse, Store
+from packager.te.visitor import walk_stmts
 
 
 def _elementwise_chain(n_ops, shape=(1, 64, 112, 112)):
