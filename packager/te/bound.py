@@ -28,7 +28,7 @@ class _Eval:
         self.memo: dict[int, tuple] = {}
 
     def free_of_ranging(self, e: Expr) -> bool:
-        return not any(n in self.ranging for n in walk(e))  # its keys are the loop Vars
+        return self.ranging.keys().isdisjoint(walk(e))  # its keys are the loop Vars
 
     def __call__(self, e: Expr) -> Interval | None:
         got = self.memo.get(id(e))
