@@ -127,7 +127,7 @@ class StmtVisitor:
 class LoopVisitor(StmtVisitor):
     """A StmtVisitor that knows where it is: ``self.loops`` holds the For statements
     around the statement being visited, outermost first (a loop's own bounds are
-    visited outside it)."""
+    visited outside it). A subclass's own ``visit_For`` ends in ``super().visit_For(s)``."""
 
     def __init__(self) -> None:
         self.loops: list[For] = []
