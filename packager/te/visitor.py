@@ -21,6 +21,7 @@ visitors use, open to passes over expressions too (the numpy evaluator).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 
 from .expr import Expr, walk
@@ -102,9 +103,16 @@ def walk_exprs(s: Stmt) -> Iterator[Expr]:
 
 def dispatch(handler, node, fallback: Callable):
     """``handler.visit_<class of node>(node)``, else ``fallback(node)``: how a pass names
-    the node kinds it handles, statements and expressions alike."""
-    method = getattr(handler, "visit_" + type(node).__name__, None)
-    return method(node) if method is not None else fallback(node)
+    the node kinds it handles, statements and expressions alike (methods of the
+    handler's class)."""
+    method = _method(type(handler), type(node))
+    return method(handler, node) if method is not None else fallback(node)
+
+
+@functools.lru_cache(maxsize=4096)
+def _method(handler_cls: type, node_cls: type) -> Callable | None:
+    # looked up once per pair: passes visit thousands of nodes per kernel
+    return getattr(handler_cls, "visit_" + node_cls.__name__, None)
 
 
 class StmtVisitor:
@@ -112,7 +120,8 @@ class StmtVisitor:
     the statement's expressions with ``visit_expr`` and then its sub-statements."""
 
     def visit(self, s: Stmt):
-        return dispatch(self, s, self.generic_visit)
+        method = _method(type(self), type(s))  # dispatch(), inlined: it runs per node
+        return method(self, s) if method is not None else self.generic_visit(s)
 
     def generic_visit(self, s: Stmt) -> None:
         for e in stmt_exprs(s):
@@ -150,10 +159,13 @@ class StmtMutator:
     shared. A ``visit_`` method may return ``None`` to drop a statement from its parent."""
 
     def visit(self, s: Stmt) -> Stmt | None:
-        return dispatch(self, s, self.generic_visit)
+        method = _method(type(self), type(s))  # dispatch(), inlined: it runs per node
+        return method(self, s) if method is not None else self.generic_visit(s)
 
     def generic_visit(self, s: Stmt) -> Stmt | None:
         expr_fields, stmt_fields = _fields(s)
+        if type(self).mutate_expr is StmtMutator.mutate_expr:
+            expr_fields = ()  # expressions stay as they are: no need to look
         changes = {}
         for f in expr_fields:
             old = getattr(s, f)
@@ -172,11 +184,15 @@ class StmtMutator:
     def _mutate_field(self, old):
         if old is None:
             return None
-        if isinstance(old, list):
-            new = [m for m in (self.visit(c) for c in old) if m is not None]
-            same = len(new) == len(old) and all(a is b for a, b in zip(new, old, strict=True))
-            return old if same else new
-        return self.visit(old)
+        if not isinstance(old, list):
+            return self.visit(old)
+        new, same = [], True
+        for c in old:
+            m = self.visit(c)
+            same = same and m is c
+            if m is not None:
+                new.append(m)
+        return old if same else new
 
     def mutate_expr(self, e: Expr) -> Expr:
         return e
