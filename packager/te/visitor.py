@@ -70,7 +70,14 @@ def stmt_exprs(s: Stmt) -> list[Expr]:
 
 def stmt_children(s: Stmt) -> list[Stmt]:
     """The statements held directly by ``s``, in order."""
-    return [c for f in _fields(s)[1] for c in _nodes(getattr(s, f))]
+    out: list[Stmt] = []
+    for f in _fields(s)[1]:  # written out: every walk calls this once per statement
+        v = getattr(s, f)
+        if isinstance(v, list):
+            out += v
+        elif v is not None:
+            out.append(v)
+    return out
 
 
 def walk_stmts(s: Stmt) -> Iterator[Stmt]:
@@ -79,7 +86,9 @@ def walk_stmts(s: Stmt) -> Iterator[Stmt]:
     while stack:
         n = stack.pop()
         yield n
-        stack.extend(reversed(stmt_children(n)))
+        kids = stmt_children(n)
+        if kids:
+            stack += reversed(kids)
 
 
 def stmts_of(s: Stmt, kind: type | tuple[type, ...]) -> list:
