@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from .expr import Expr, Var, children
-from .ir import Buffer, BufferLoad, For, IfThenElse, PrimFunc, Store, walk_stmts
+from .expr import Expr, Var, children, walk
+from .ir import Buffer, BufferLoad, PrimFunc, Store
+from .visitor import expr_roots, stmts_of
 
 
 def allow_alias(func: PrimFunc, pairs, num_inputs: int) -> PrimFunc:
@@ -33,11 +34,11 @@ def allow_alias(func: PrimFunc, pairs, num_inputs: int) -> PrimFunc:
 
 
 def _why_not(func: PrimFunc, out: Buffer, inp: Buffer) -> str:
-    stores = [s for s in walk_stmts(func.body) if isinstance(s, Store) and s.buffer is out]
+    stores = [s for s in stmts_of(func.body, Store) if s.buffer is out]
     if len(stores) != 1:
         return f"the output is stored {len(stores)} times"
     store = stores[0]
-    for root in _roots(func):
+    for root in expr_roots(func.body):
         for load in _loads(root):
             if load.buffer is out:
                 return "the kernel reads its output"
@@ -46,24 +47,8 @@ def _why_not(func: PrimFunc, out: Buffer, inp: Buffer) -> str:
     return ""
 
 
-def _roots(func: PrimFunc):
-    """Every expression tree of the kernel."""
-    for s in walk_stmts(func.body):
-        if isinstance(s, Store):
-            yield from (s.index, s.value)
-        elif isinstance(s, For):
-            yield from (s.min, s.extent)
-        elif isinstance(s, IfThenElse):
-            yield s.cond
-
-
-def _loads(e: Expr):
-    stack = [e]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, BufferLoad):
-            yield n
-        stack.extend(children(n))
+def _loads(e: Expr) -> list[BufferLoad]:
+    return [n for n in walk(e) if isinstance(n, BufferLoad)]
 
 
 def _same(a: Expr, b: Expr) -> bool:

@@ -11,7 +11,7 @@ to the whole dimension, which is always correct.
 
 from __future__ import annotations
 
-from .expr import INDEX, Binary, Const, Expr, Load, Select, Tensor, Var, children
+from .expr import INDEX, Binary, Const, Expr, Load, Select, Tensor, Var, distinct, walk
 from .simplify import Simplifier
 
 Interval = tuple  # (lo Expr, hi Expr), inclusive
@@ -28,13 +28,7 @@ class _Eval:
         self.memo: dict[int, tuple] = {}
 
     def free_of_ranging(self, e: Expr) -> bool:
-        stack = [e]
-        while stack:
-            n = stack.pop()
-            if isinstance(n, Var) and n in self.ranging:
-                return False
-            stack.extend(children(n))
-        return True
+        return self.ranging.keys().isdisjoint(walk(e))  # its keys are the loop Vars
 
     def __call__(self, e: Expr) -> Interval | None:
         got = self.memo.get(id(e))
@@ -85,20 +79,14 @@ def index_intervals(exprs, tensor: Tensor, ranging: dict, simp: Simplifier) -> l
     ev = _Eval(ranging, simp)
     dims: list = [None] * tensor.ndim
     found = [False] * tensor.ndim
-    seen: set[int] = set()
-    stack = list(exprs)
-    while stack:
-        n = stack.pop()
-        if id(n) in seen:
+    for load in distinct(list(exprs), Load):
+        if load.tensor is not tensor:
             continue
-        seen.add(id(n))
-        if isinstance(n, Load) and n.tensor is tensor:
-            for d, idx in enumerate(n.indices):
-                iv = ev(idx)
-                iv = None if iv is None else (simp(iv[0]), simp(iv[1]))
-                dims[d] = iv if not found[d] else _union(dims[d], iv, simp)
-                found[d] = True
-        stack.extend(children(n))
+        for d, idx in enumerate(load.indices):
+            iv = ev(idx)
+            iv = None if iv is None else (simp(iv[0]), simp(iv[1]))
+            dims[d] = iv if not found[d] else _union(dims[d], iv, simp)
+            found[d] = True
     return dims
 
 

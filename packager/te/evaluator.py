@@ -12,6 +12,7 @@ import numpy as np
 
 from ..graph.ir import np_dtype
 from . import expr as te
+from .visitor import dispatch
 
 _BIN = {
     "+": np.add,
@@ -53,46 +54,56 @@ class _Eval:
         return self.memo[k]
 
     def _eval(self, e):
-        dt = np_dtype(e.dtype)
-        if isinstance(e, te.Var):
-            return self.env[e]
-        if isinstance(e, te.Const):
-            return np.array(e.value, dtype=dt)
-        if isinstance(e, te.Binary):
-            a, b = self(e.a), self(e.b)
-            if e.op in ("/", "truncdiv"):
-                return _div(a, b, e.a.dtype)
-            if e.op == "truncmod":
-                return np.fmod(a, b)
-            with np.errstate(all="ignore"):
-                out = _BIN[e.op](a, b)
-            return out.astype(dt)
-        if isinstance(e, te.Unary):
-            a = self(e.a)
-            return np.logical_not(a) if e.op == "not" else np.negative(a)
-        if isinstance(e, te.Cast):
-            a = self(e.a)
-            if te.is_float(e.a.dtype) and not te.is_float(e.dtype) and e.dtype != "bool":
-                a = np.trunc(a)
-            return a.astype(dt)
-        if isinstance(e, te.Call):
-            args = [self(a) for a in e.args]
-            fn = _CALL.get(e.func) or getattr(np, {"pow": "power"}.get(e.func, e.func), None)
-            if fn is None:
-                import scipy.special as sp  # erf
+        return dispatch(self, e, self._unknown)
 
-                fn = getattr(sp, e.func)
-            with np.errstate(all="ignore"):
-                return np.asarray(fn(*args)).astype(dt)
-        if isinstance(e, te.Select):
-            return np.where(self(e.cond), self(e.t), self(e.f)).astype(dt)
-        if isinstance(e, te.Load):
-            data = self.values[id(e.tensor)]
-            if data.ndim == 0:
-                return data
-            idx = [np.clip(self(i), 0, n - 1) for i, n in zip(e.indices, data.shape, strict=True)]
-            return data[tuple(idx)]
+    def _unknown(self, e):
         raise TypeError(f"cannot evaluate {type(e).__name__}")
+
+    def visit_Var(self, e: te.Var):
+        return self.env[e]
+
+    def visit_Const(self, e: te.Const):
+        return np.array(e.value, dtype=np_dtype(e.dtype))
+
+    def visit_Binary(self, e: te.Binary):
+        a, b = self(e.a), self(e.b)
+        if e.op in ("/", "truncdiv"):
+            return _div(a, b, e.a.dtype)
+        if e.op == "truncmod":
+            return np.fmod(a, b)
+        with np.errstate(all="ignore"):
+            out = _BIN[e.op](a, b)
+        return out.astype(np_dtype(e.dtype))
+
+    def visit_Unary(self, e: te.Unary):
+        a = self(e.a)
+        return np.logical_not(a) if e.op == "not" else np.negative(a)
+
+    def visit_Cast(self, e: te.Cast):
+        a = self(e.a)
+        if te.is_float(e.a.dtype) and not te.is_float(e.dtype) and e.dtype != "bool":
+            a = np.trunc(a)
+        return a.astype(np_dtype(e.dtype))
+
+    def visit_Call(self, e: te.Call):
+        args = [self(a) for a in e.args]
+        fn = _CALL.get(e.func) or getattr(np, {"pow": "power"}.get(e.func, e.func), None)
+        if fn is None:
+            import scipy.special as sp  # erf
+
+            fn = getattr(sp, e.func)
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(*args)).astype(np_dtype(e.dtype))
+
+    def visit_Select(self, e: te.Select):
+        return np.where(self(e.cond), self(e.t), self(e.f)).astype(np_dtype(e.dtype))
+
+    def visit_Load(self, e: te.Load):
+        data = self.values[id(e.tensor)]
+        if data.ndim == 0:
+            return data
+        idx = [np.clip(self(i), 0, n - 1) for i, n in zip(e.indices, data.shape, strict=True)]
+        return data[tuple(idx)]
 
 
 def _run_compute(op: te.ComputeOp, values: dict) -> np.ndarray:

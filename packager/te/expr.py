@@ -476,9 +476,10 @@ def walk(e: Expr):
         stack.extend(reversed(children(n)))
 
 
-def distinct(e: Expr, kind: type) -> list:
-    """The distinct nodes of type ``kind`` under ``e`` (shared subtrees visited once)."""
-    out, seen, stack = [], set(), [e]
+def distinct(e: Expr | list[Expr], kind: type) -> list:
+    """The distinct nodes of type ``kind`` under ``e`` or under a list of roots (shared
+    subtrees visited once)."""
+    out, seen, stack = [], set(), list(e) if isinstance(e, list) else [e]
     while stack:
         n = stack.pop()
         if id(n) in seen:

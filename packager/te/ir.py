@@ -130,19 +130,14 @@ def index_var(name: str) -> Var:
     return Var(name, INDEX)
 
 
-def stmt_children(s: Stmt) -> list[Stmt]:
-    if isinstance(s, (For, Allocate)):
-        return [s.body]
-    if isinstance(s, Seq):
-        return list(s.stmts)
-    if isinstance(s, IfThenElse):
-        return [s.then] + ([s.else_] if s.else_ is not None else [])
-    return []
+# The traversal lives in te/visitor (driven by each statement's fields); these names
+# still resolve here for modules that import them from the IR.
+_FROM_VISITOR = ("stmt_children", "walk_stmts")
 
 
-def walk_stmts(s: Stmt):
-    stack = [s]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(reversed(stmt_children(n)))
+def __getattr__(name: str):
+    if name in _FROM_VISITOR:
+        from . import visitor  # lazily: visitor imports this module
+
+        return getattr(visitor, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,6 +13,7 @@ of serial loops (up to the nearest parallel loop, so threads keep private copies
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -47,6 +48,7 @@ from .ir import (
 )
 from .schedule import Fuse, Schedule, Split, Stage
 from .simplify import INT_RANGE, Simplifier
+from .visitor import StmtMutator
 
 _COMBINE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
 
@@ -283,10 +285,8 @@ class _Lowering:
             if st.attach_type == "root":
                 region = [(_ic(0), d) for d in st.tensor.shape]
                 nests.append(self.stage_nest(st, region))
-        body = seq(*nests)
-        for buf in reversed(temps):
-            body = Allocate(buf, body)
-        body = _Finish(self.ranges).stmt(body)
+        body = _allocate(temps, seq(*nests))
+        body = _Finish(self.ranges).visit(body)
         body = _hoist_allocations(body)
         return PrimFunc(self.name, self.params, body)
 
@@ -304,80 +304,80 @@ def _vars(e: Expr) -> list[Var]:
     return distinct(e, Var)
 
 
-class _Finish:
-    """Simplify every expression with all loop ranges known; drop dead branches."""
+class _Finish(StmtMutator):
+    """Simplify every expression with all loop ranges known; drop dead branches and
+    the loops and allocations left empty."""
 
     def __init__(self, ranges: dict):
         self.simp = Simplifier(ranges)
 
-    def stmt(self, s: Stmt) -> Stmt | None:
-        simp = self.simp
-        if isinstance(s, Store):
-            return Store(s.buffer, simp(s.index), simp(s.value))
-        if isinstance(s, For):
-            body = self.stmt(s.body)
-            if body is None:
-                return None
-            if _is_one(s.extent) and s.kind in ("serial", "unrolled", "vectorized"):
-                return body  # the simplifier already replaced its variable by 0
-            return For(s.var, simp(s.min), simp(s.extent), s.kind, body, s.thread_tag)
-        if isinstance(s, Seq):
-            parts = [self.stmt(x) for x in s.stmts]
-            parts = [p for p in parts if p is not None]
-            return seq(*parts) if parts else None
-        if isinstance(s, IfThenElse):
-            cond = simp(s.cond)
-            if isinstance(cond, Const):
-                return (
-                    self.stmt(s.then if cond.value else s.else_)
-                    if (cond.value or s.else_ is not None)
-                    else None
-                )
-            then = self.stmt(s.then)
-            els = self.stmt(s.else_) if s.else_ is not None else None
-            return IfThenElse(cond, then, els) if then is not None else None
-        if isinstance(s, Allocate):
-            body = self.stmt(s.body)
-            return Allocate(s.buffer, body) if body is not None else None
-        return s
+    def mutate_expr(self, e: Expr) -> Expr:
+        return self.simp(e)
+
+    def visit_For(self, s: For) -> Stmt | None:
+        body = self.visit(s.body)
+        if body is None:
+            return None
+        if _is_one(s.extent) and s.kind in ("serial", "unrolled", "vectorized"):
+            return body  # the simplifier already replaced its variable by 0
+        return For(s.var, self.simp(s.min), self.simp(s.extent), s.kind, body, s.thread_tag)
+
+    def visit_Seq(self, s: Seq) -> Stmt | None:
+        parts = [p for p in map(self.visit, s.stmts) if p is not None]
+        return seq(*parts) if parts else None
+
+    def visit_IfThenElse(self, s: IfThenElse) -> Stmt | None:
+        cond = self.simp(s.cond)
+        if isinstance(cond, Const):
+            taken = s.then if cond.value else s.else_
+            return self.visit(taken) if taken is not None else None
+        then = self.visit(s.then)
+        els = self.visit(s.else_) if s.else_ is not None else None
+        return IfThenElse(cond, then, els) if then is not None else None
+
+    def visit_Allocate(self, s: Allocate) -> Stmt | None:
+        body = self.visit(s.body)
+        return Allocate(s.buffer, body) if body is not None else None
 
 
 def _is_one(e: Expr) -> bool:
     return isinstance(e, Const) and e.value == 1
 
 
-def _hoist_allocations(s: Stmt) -> Stmt:
+class _Hoist(StmtMutator):
     """Move Allocates out of serial loops: one buffer reused by every iteration
-    instead of one allocation per iteration. Parallel loops keep theirs."""
-    body, lifted = _hoist(s)
-    for buf in reversed(lifted):
+    instead of one allocation per iteration. Parallel loops keep theirs, so each
+    thread has its own copy. ``lifted``: the buffers taken out so far, in order."""
+
+    def __init__(self) -> None:
+        self.lifted: list[Buffer] = []
+
+    def visit_Allocate(self, s: Allocate) -> Stmt:
+        self.lifted.append(s.buffer)
+        return self.visit(s.body)
+
+    def visit_For(self, s: For) -> Stmt:
+        if s.kind not in ("parallel", "thread_binding"):
+            return self.generic_visit(s)
+        outside, self.lifted = self.lifted, []
+        body = _allocate(self.lifted, self.visit(s.body))
+        self.lifted = outside
+        return dataclasses.replace(s, body=body)
+
+
+def _hoist_allocations(s: Stmt | None) -> Stmt | None:
+    if s is None:  # everything was dead
+        return s
+    hoist = _Hoist()
+    body = hoist.visit(s)
+    return _allocate(hoist.lifted, body)
+
+
+def _allocate(bufs: list[Buffer], body: Stmt) -> Stmt:
+    """``body`` inside an Allocate of each buffer, the first outermost."""
+    for buf in reversed(bufs):
         body = Allocate(buf, body)
     return body
-
-
-def _hoist(s: Stmt) -> tuple[Stmt, list[Buffer]]:
-    if isinstance(s, Allocate):
-        body, lifted = _hoist(s.body)
-        return body, [s.buffer] + lifted
-    if isinstance(s, For):
-        body, lifted = _hoist(s.body)
-        if s.kind in ("parallel", "thread_binding"):
-            for buf in reversed(lifted):
-                body = Allocate(buf, body)
-            lifted = []
-        return For(s.var, s.min, s.extent, s.kind, body, s.thread_tag), lifted
-    if isinstance(s, Seq):
-        parts, lifted = [], []
-        for x in s.stmts:
-            b, l2 = _hoist(x)
-            parts.append(b)
-            lifted += l2
-        return Seq(parts), lifted
-    if isinstance(s, IfThenElse):
-        then, l1 = _hoist(s.then)
-        els, l2 = _hoist(s.else_) if s.else_ is not None else (None, [])
-        return IfThenElse(s.cond, then, els), l1 + l2
-    return s, []
 
 
 def lower(sch: Schedule, args: list[Tensor], name: str) -> PrimFunc:

@@ -11,11 +11,17 @@ Expressions already have their generic traversal in te/expr.py (``children``,
 ``with_children``, ``rewrite``); the visitor hands each expression of a statement to
 ``visit_expr`` and the mutator to ``mutate_expr``, which default to doing nothing.
 A new statement kind (a DMA copy, a dependency token) joins by ``register``.
+
+``LoopVisitor`` keeps the loops around the statement being visited (what cost features
+and bound checks ask); ``stmts_of``, ``expr_roots`` and ``walk_exprs`` answer the
+common queries without a class; ``dispatch`` is the by-name per-class call that the
+visitors use, open to passes over expressions too (the numpy evaluator).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 
 from .expr import Expr, walk
@@ -64,7 +70,14 @@ def stmt_exprs(s: Stmt) -> list[Expr]:
 
 def stmt_children(s: Stmt) -> list[Stmt]:
     """The statements held directly by ``s``, in order."""
-    return [c for f in _fields(s)[1] for c in _nodes(getattr(s, f))]
+    out: list[Stmt] = []
+    for f in _fields(s)[1]:  # written out: every walk calls this once per statement
+        v = getattr(s, f)
+        if isinstance(v, list):
+            out += v
+        elif v is not None:
+            out.append(v)
+    return out
 
 
 def walk_stmts(s: Stmt) -> Iterator[Stmt]:
@@ -73,15 +86,42 @@ def walk_stmts(s: Stmt) -> Iterator[Stmt]:
     while stack:
         n = stack.pop()
         yield n
-        stack.extend(reversed(stmt_children(n)))
+        kids = stmt_children(n)
+        if kids:
+            stack += reversed(kids)
+
+
+def stmts_of(s: Stmt, kind: type | tuple[type, ...]) -> list:
+    """The statements of class ``kind`` in the tree, pre-order."""
+    return [n for n in walk_stmts(s) if isinstance(n, kind)]
+
+
+def expr_roots(s: Stmt) -> Iterator[Expr]:
+    """Each statement's own expressions, in statement pre-order: the root of every
+    expression tree in the statement tree."""
+    for n in walk_stmts(s):
+        yield from stmt_exprs(n)
 
 
 def walk_exprs(s: Stmt) -> Iterator[Expr]:
     """Every expression node of the tree: each statement's expressions, and their
     sub-expressions, in statement pre-order."""
-    for n in walk_stmts(s):
-        for e in stmt_exprs(n):
-            yield from walk(e)
+    for e in expr_roots(s):
+        yield from walk(e)
+
+
+def dispatch(handler, node, fallback: Callable):
+    """``handler.visit_<class of node>(node)``, else ``fallback(node)``: how a pass names
+    the node kinds it handles, statements and expressions alike (methods of the
+    handler's class)."""
+    method = _method(type(handler), type(node))
+    return method(handler, node) if method is not None else fallback(node)
+
+
+@functools.lru_cache(maxsize=4096)
+def _method(handler_cls: type, node_cls: type) -> Callable | None:
+    # looked up once per pair: passes visit thousands of nodes per kernel
+    return getattr(handler_cls, "visit_" + node_cls.__name__, None)
 
 
 class StmtVisitor:
@@ -89,8 +129,8 @@ class StmtVisitor:
     the statement's expressions with ``visit_expr`` and then its sub-statements."""
 
     def visit(self, s: Stmt):
-        method = getattr(self, "visit_" + type(s).__name__, None)
-        return method(s) if method is not None else self.generic_visit(s)
+        method = _method(type(self), type(s))  # dispatch(), inlined: it runs per node
+        return method(self, s) if method is not None else self.generic_visit(s)
 
     def generic_visit(self, s: Stmt) -> None:
         for e in stmt_exprs(s):
@@ -102,6 +142,25 @@ class StmtVisitor:
         pass
 
 
+class LoopVisitor(StmtVisitor):
+    """A StmtVisitor that knows where it is: ``self.loops`` holds the For statements
+    around the statement being visited, outermost first (a loop's own bounds are
+    visited outside it). A subclass's own ``visit_For`` ends in ``super().visit_For(s)``."""
+
+    def __init__(self) -> None:
+        self.loops: list[For] = []
+
+    def visit_For(self, s: For) -> None:
+        for e in stmt_exprs(s):
+            self.visit_expr(e)
+        self.loops.append(s)
+        try:
+            for c in stmt_children(s):
+                self.visit(c)
+        finally:
+            self.loops.pop()
+
+
 class StmtMutator:
     """Calls ``visit_<Class>`` for each statement, else ``generic_visit``, which rebuilds
     the statement from its mutated expressions (``mutate_expr``) and sub-statements. A
@@ -109,11 +168,13 @@ class StmtMutator:
     shared. A ``visit_`` method may return ``None`` to drop a statement from its parent."""
 
     def visit(self, s: Stmt) -> Stmt | None:
-        method = getattr(self, "visit_" + type(s).__name__, None)
-        return method(s) if method is not None else self.generic_visit(s)
+        method = _method(type(self), type(s))  # dispatch(), inlined: it runs per node
+        return method(self, s) if method is not None else self.generic_visit(s)
 
     def generic_visit(self, s: Stmt) -> Stmt | None:
         expr_fields, stmt_fields = _fields(s)
+        if type(self).mutate_expr is StmtMutator.mutate_expr:
+            expr_fields = ()  # expressions stay as they are: no need to look
         changes = {}
         for f in expr_fields:
             old = getattr(s, f)
@@ -132,11 +193,15 @@ class StmtMutator:
     def _mutate_field(self, old):
         if old is None:
             return None
-        if isinstance(old, list):
-            new = [m for m in (self.visit(c) for c in old) if m is not None]
-            same = len(new) == len(old) and all(a is b for a, b in zip(new, old, strict=True))
-            return old if same else new
-        return self.visit(old)
+        if not isinstance(old, list):
+            return self.visit(old)
+        new, same = [], True
+        for c in old:
+            m = self.visit(c)
+            same = same and m is c
+            if m is not None:
+                new.append(m)
+        return old if same else new
 
     def mutate_expr(self, e: Expr) -> Expr:
         return e

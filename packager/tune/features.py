@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..te.expr import Binary, Call, Const, Var, is_float, walk
-from ..te.ir import Allocate, BufferLoad, For, PrimFunc, Stmt, Store, stmt_children, walk_stmts
+from ..te.ir import Allocate, BufferLoad, PrimFunc, Store
+from ..te.visitor import LoopVisitor, stmts_of
 
 KINDS = ("serial", "parallel", "vectorized", "unrolled")
 LOOP_SLOTS = 8  # innermost first
@@ -35,19 +36,19 @@ def _extent(e) -> int:
 
 def stores(prim: PrimFunc) -> list[tuple[list[Loop], Store]]:
     """Every store with the loops around it (outermost first)."""
-    out: list = []
+    found = _Stores()
+    found.visit(prim.body)
+    return found.out
 
-    def visit(s: Stmt, loops: list[Loop]) -> None:
-        if isinstance(s, Store):
-            out.append((loops, s))
-            return
-        if isinstance(s, For):
-            loops = [*loops, Loop(s.var, _extent(s.extent), s.kind)]
-        for c in stmt_children(s):
-            visit(c, loops)
 
-    visit(prim.body, [])
-    return out
+class _Stores(LoopVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.out: list[tuple[list[Loop], Store]] = []
+
+    def visit_Store(self, s: Store) -> None:
+        loops = [Loop(f.var, _extent(f.extent), f.kind) for f in self.loops]
+        self.out.append((loops, s))
 
 
 def _flops_per_iter(store: Store) -> int:
@@ -139,7 +140,7 @@ def features(prim: PrimFunc) -> np.ndarray:
     """The feature vector of one candidate: whole-kernel totals, then the heaviest store."""
     found = stores(prim)
     total_flops = flop_count(prim)
-    local = sum(s.buffer.size for s in walk_stmts(prim.body) if isinstance(s, Allocate))
+    local = sum(s.buffer.size for s in stmts_of(prim.body, Allocate))
     head = [
         math.log2(total_flops + 1),
         math.log2(sum(_iters(lp) for lp, _ in found) + 1),

@@ -138,15 +138,16 @@ def test_template_knobs():
 def test_output_transform_works_one_tile_at_a_time(m, hw):
     """Output sizes that are not whole tiles still give per-tile local buffers (the
     region of one tile, not the whole plane recomputed for every tile)."""
-    from packager.te.ir import Allocate, walk_stmts
+    from packager.te.ir import Allocate
+    from packager.te.visitor import stmts_of
 
     args, out, anchor = _group(16, 16, hw, m, "relu")
     sch = schedule_for([out], anchor, None, {})
     prim = te.lower(sch, [*args, out], "k_wino")
     sizes = {
         s.buffer.name: s.buffer.size
-        for s in walk_stmts(prim.body)
-        if isinstance(s, Allocate) and s.buffer.scope == "local"
+        for s in stmts_of(prim.body, Allocate)
+        if s.buffer.scope == "local"
     }
     assert sizes["conv_winograd"] == m * m * BLOCK
     assert sizes["winograd_z"] == (m + 2) * m * BLOCK

@@ -2,7 +2,8 @@ import time
 
 from packager import te
 from packager.codegen import codegen_c
-from packager.te.ir import Allocate, For, IfThenElse, Store, walk_stmts
+from packager.te.ir import Allocate, For, IfThenElse, Store
+from packager.te.visitor import LoopVisitor, stmts_of, walk_stmts
 
 
 def _elementwise_chain(n_ops, shape=(1, 64, 112, 112)):
@@ -103,3 +104,45 @@ def test_deterministic_source():
         return codegen_c(te.lower(s, [A, B], "k_t"))
 
     assert make() == make()
+
+
+def _local_producer(parallel: bool):
+    """B computed per row of C, inside C's serial row loop (below a parallel one)."""
+    A = te.placeholder((4, 8, 16), name="A")
+    B = te.compute((4, 8, 16), lambda n, i, j: A[n, i, j] + 1.0, name="B")
+    C = te.compute((4, 8, 16), lambda n, i, j: B[n, i, j] * 2.0, name="C")
+    s = te.create_schedule(C)
+    n, i, _ = s[C].op.axis
+    if parallel:
+        s[C].parallel(n)
+    s[B].compute_at(s[C], i)
+    return te.lower(s, [A, C], "k")
+
+
+def _loops_around_allocations(f):
+    found = []
+
+    class Where(LoopVisitor):
+        def visit_Allocate(self, s):
+            found.append((s.buffer.name, [lp.kind for lp in self.loops]))
+            self.generic_visit(s)
+
+    Where().visit(f.body)
+    return found
+
+
+def test_allocations_leave_serial_loops_and_stay_in_parallel_ones():
+    # one row buffer per thread, reused by every row of that thread
+    assert _loops_around_allocations(_local_producer(parallel=True)) == [("B", ["parallel"])]
+    # without threads, one buffer for the whole kernel
+    assert _loops_around_allocations(_local_producer(parallel=False)) == [("B", [])]
+    assert [s.buffer.size for s in stmts_of(_local_producer(True).body, Allocate)] == [16]
+
+
+def test_final_simplify_drops_dead_guards_and_unit_loops():
+    A = te.placeholder((8,), name="A")
+    B = te.compute((8,), lambda i: A[i] + 1.0, name="B")
+    s = te.create_schedule(B)
+    s[B].split(s[B].op.axis[0], 8)  # one outer iteration, and i < 8 always holds
+    f = te.lower(s, [A, B], "k")
+    assert [type(n).__name__ for n in walk_stmts(f.body)] == ["For", "Store"]

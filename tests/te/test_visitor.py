@@ -4,15 +4,19 @@ import dataclasses
 
 import pytest
 
-from packager.te.expr import INDEX, Binary, Const, Var, binary
+from packager.te.expr import INDEX, Binary, Const, Var, binary, distinct
 from packager.te.ir import Allocate, Barrier, Buffer, For, IfThenElse, Seq, Stmt, Store
 from packager.te.visitor import (
+    LoopVisitor,
     StmtMutator,
     StmtVisitor,
+    dispatch,
+    expr_roots,
     map_stmts,
     register,
     stmt_children,
     stmt_exprs,
+    stmts_of,
     walk_exprs,
     walk_stmts,
 )
@@ -142,3 +146,62 @@ def test_new_statement_kinds_register_and_unknown_ones_are_named():
     assert len(list(walk_stmts(fenced))) == 8
     barrier = Barrier()
     assert list(walk_stmts(Seq([barrier])))[1:] == [barrier]
+
+
+def test_loop_visitor_knows_the_loops_around_each_statement():
+    outer, n = _nest()
+    seen = []
+
+    class Where(LoopVisitor):
+        def visit_Store(self, s):
+            seen.append((s.buffer.name, [f.var.name for f in self.loops]))
+
+        def visit_expr(self, e):
+            seen.append(("expr", [f.var.name for f in self.loops]))
+
+    Where().visit(outer)
+    # a loop's bounds are outside it: i's bounds see no loop, j's see only i
+    assert seen == [
+        ("expr", []),
+        ("expr", []),
+        ("expr", ["i"]),
+        ("expr", ["i"]),
+        ("t", ["i", "j"]),
+        ("expr", ["i", "j"]),  # the guard's condition
+        ("a", ["i", "j"]),
+    ]
+
+
+def test_stmts_of_and_expr_roots():
+    outer, n = _nest()
+    assert stmts_of(outer, Store) == [n["store_t"], n["store_a"]]
+    assert stmts_of(outer, (For, IfThenElse)) == [outer, n["inner"], n["guard"]]
+    roots = list(expr_roots(outer))
+    assert roots[:2] == [outer.min, outer.extent]
+    assert roots[-3:] == [n["guard"].cond, n["store_a"].index, n["store_a"].value]
+
+
+def test_dispatch_names_expression_kinds_too():
+    class Kinds:
+        def visit_Binary(self, e):
+            return "binary " + e.op
+
+    i = Var("i", INDEX)
+    assert dispatch(Kinds(), binary("+", i, i), repr) == "binary +"
+    assert dispatch(Kinds(), i, lambda e: "other " + e.name) == "other i"
+
+
+def test_the_ir_module_hands_out_the_visitors_walk():
+    from packager.te import ir
+
+    assert ir.walk_stmts is walk_stmts and ir.stmt_children is stmt_children
+    with pytest.raises(AttributeError, match="no attribute 'walk_exprs'"):
+        ir.walk_exprs  # noqa: B018
+
+
+def test_distinct_over_several_roots_visits_shared_nodes_once():
+    i, j = Var("i", INDEX), Var("j", INDEX)
+    shared = binary("*", i, j)
+    first, second = binary("+", shared, i), binary("-", shared, j)
+    assert distinct([first, second], Var) == [j, i]  # the last root first, each var once
+    assert distinct([first, second], Binary) == [second, shared, first]
