@@ -99,7 +99,7 @@ from packager.te.ir import (
     Store,
 )
 from packager.te.simplify import Simplifier
-from packager.te.visitor import StmtVisitor, stmt_exprs, walk_stmts
+from packager.te.visitor import StmtVisitor, walk_exprs, walk_stmts
 
 SHORT = {
     "float32": "f32",
@@ -655,21 +655,6 @@ def _literal(e: Const, lang: Lang) -> str:
 # --- analyses ---------------------------------------------------------------
 
 
-def distinct_exprs(s: Stmt):
-    """Every expression node of a statement tree once (by identity): shared subtrees
-    of an inlined expression DAG are walked once, not once per path."""
-    seen: set[int] = set()
-    for n in walk_stmts(s):
-        stack = list(reversed(stmt_exprs(n)))
-        while stack:
-            e = stack.pop()
-            if id(e) in seen:
-                continue
-            seen.add(id(e))
-            yield e
-            stack.extend(reversed(children(e)))
-
-
 class _Uses(StmtVisitor):
     """What a statement tree defines and touches, each in first-use order: loop
     variables, allocated, stored and loaded buffers, variables read."""
@@ -681,7 +666,7 @@ class _Uses(StmtVisitor):
         self.visit(s)
         self.vars: dict[int, Var] = {}
         self.loaded: dict[int, Buffer] = {}
-        for e in distinct_exprs(s):
+        for e in walk_exprs(s):
             if isinstance(e, Var):
                 self.vars.setdefault(id(e), e)
             elif isinstance(e, BufferLoad):
@@ -787,7 +772,7 @@ def _no_carried_dependence(s: For) -> bool:
         stored_at.setdefault(id(st.buffer), set()).add(id(st.index))
     return all(
         id(n.index) in stored_at[id(n.buffer)]
-        for n in distinct_exprs(s.body)
+        for n in walk_exprs(s.body)
         if isinstance(n, BufferLoad) and id(n.buffer) in stored_at
     )
 

@@ -128,16 +128,3 @@ def seq(*stmts: Stmt | None) -> Stmt:
 
 def index_var(name: str) -> Var:
     return Var(name, INDEX)
-
-
-# The traversal lives in te/visitor (driven by each statement's fields); these names
-# still resolve here for modules that import them from the IR.
-_FROM_VISITOR = ("stmt_children", "walk_stmts")
-
-
-def __getattr__(name: str):
-    if name in _FROM_VISITOR:
-        from . import visitor  # lazily: visitor imports this module
-
-        return getattr(visitor, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,7 +24,7 @@ import dataclasses
 import functools
 from collections.abc import Callable, Iterator
 
-from .expr import Expr, walk
+from .expr import Expr, children
 from .ir import Allocate, Barrier, For, IfThenElse, Seq, Stmt, Store
 
 # class -> (expression fields, statement fields), in evaluation order.
@@ -104,10 +104,19 @@ def expr_roots(s: Stmt) -> Iterator[Expr]:
 
 
 def walk_exprs(s: Stmt) -> Iterator[Expr]:
-    """Every expression node of the tree: each statement's expressions, and their
-    sub-expressions, in statement pre-order."""
-    for e in expr_roots(s):
-        yield from walk(e)
+    """Every expression node of the tree once (by identity), parents before children, in
+    statement pre-order: the shared subtrees of an inlined expression DAG are walked once,
+    not once per path (which grows exponentially with the depth of the sharing)."""
+    seen: set[int] = set()
+    for root in expr_roots(s):
+        stack = [root]
+        while stack:
+            e = stack.pop()
+            if id(e) in seen:
+                continue
+            seen.add(id(e))
+            yield e
+            stack.extend(reversed(children(e)))
 
 
 def dispatch(handler, node, fallback: Callable):

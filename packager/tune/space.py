@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from ..ops.knobs import Config, Knob
 from ..ops.registry import ScheduleContext, get_op
-from ..te.ir import Allocate, PrimFunc, walk_stmts
+from ..te.ir import Allocate, PrimFunc
+from ..te.visitor import walk_stmts
 from .tasks import Task, lower_config
 
 LOCAL_BYTES = 256 * 1024  # stack/local buffers beyond this do not fit a board's cache
