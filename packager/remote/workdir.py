@@ -25,6 +25,7 @@ MARK_TEXT = (
     "nothing else is in it."
 )
 RUNS = ".runs"
+TUNE = ".tune"  # the tuner's timing drivers, one per batch, removed after each run
 # A bundle's directory name on the device: no '/', not hidden (the packager's own entries
 # begin with '.'), nothing a shell or an option parser reads specially but a leading '-'.
 BUNDLE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
@@ -153,7 +154,7 @@ def _entries(session: Session, w: str) -> tuple[list[str], list[str]]:
         if name == MARK:
             continue
         mine = (
-            name == RUNS
+            name in (RUNS, TUNE)
             or STAGING.fullmatch(name) is not None
             or (tag == "B" and BUNDLE_NAME.fullmatch(name) is not None)
         )

@@ -214,6 +214,7 @@ class RemoteRunner:
         self.sessions = [Session(board.name, c, Limits(), log=log) for c in board.connections]
         self.down: dict[str, str] = {}  # device label -> why it is out
         self.counts: dict[str, int] = {}  # device label -> candidates it ran
+        self.workdirs: dict[int, str] = {}  # id(session) -> its checked workdir
 
     def close(self) -> None:
         for s in self.sessions:
@@ -244,24 +245,33 @@ class RemoteRunner:
             why = "; ".join(f"{d}: {w}" for d, w in sorted(self.down.items()))
             raise PackagerError(f"board {self.board.name}: every device is out ({why})")
 
+    def _workdir(self, session) -> str:
+        """The device's packager workdir (created and marked, or checked, once per
+        session): the tuner writes only inside it, as deploy does."""
+        from ..remote import workdir
+
+        if id(session) not in self.workdirs:
+            self.workdirs[id(session)] = workdir.prepare(session)
+        return self.workdirs[id(session)]
+
     def summary(self) -> list[str]:
         """Which device measured how many candidates, and which devices are out."""
         lines = [f"{d}: {n} measured" for d, n in sorted(self.counts.items())]
         return lines + [f"{d}: out of the pool: {why}" for d, why in sorted(self.down.items())]
 
     def run(self, exe: Path, args: list[str], timeout: float, session=None) -> tuple[str, str]:
-        from ..remote.device_ops import workdir
+        from ..remote import workdir
         from ..remote.errors import RemoteTimeout
         from ..remote.shell import command, q, rpath
 
         s = session or self.live()[0]
         digest = hashlib.sha256(exe.read_bytes()).hexdigest()[:16]
-        tune_dir = rpath(workdir(s), ".tune")
+        tune_dir = rpath(self._workdir(s), workdir.TUNE)
         remote = rpath(tune_dir, f"driver-{digest}-{os.getpid()}-{threading.get_ident()}")
         out = remote + ".out"
-        s.sh(f"mkdir -p {q(tune_dir)}")
+        s.sh(f"mkdir -p -- {q(tune_dir)}")
         s.call("upload", lambda ss: ss.sftp().put(str(exe), remote))
-        s.sh(f"chmod +x {q(remote)}")
+        s.sh(f"chmod +x -- {q(remote)}")
         wrapper = s.conn.exec_wrapper
         script = command([remote, *args], wrapper=wrapper) + f" > {q(out)}"
         try:
@@ -269,5 +279,5 @@ class RemoteRunner:
             status = "ok" if r.returncode == 0 else "runtime_error"
         except RemoteTimeout:
             status = "timeout"
-        text = s.sh(f"cat {q(out)}; rm -f {q(out)} {q(remote)}", check=False).stdout
+        text = s.sh(f"cat -- {q(out)}; rm -f -- {q(out)} {q(remote)}", check=False).stdout
         return text, status
