@@ -191,9 +191,12 @@ def write_bundle(
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise PackagerError(f"-o {out_dir}: cannot create its directory: {e}") from e
-    with signals_held():  # the temporary directory exists only inside the try below
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp = None
     try:
+        # An interrupt held here is delivered as the hold ends: inside the try, with
+        # ``tmp`` already set, so the cleanup below sees the directory.
+        with signals_held():
+            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
         write(tmp)
         check_bundle_output(out_dir, protect)  # again: OUT may have changed meanwhile
         with signals_held():  # no interrupt between the two renames: OUT never missing
@@ -205,7 +208,8 @@ def write_bundle(
             else:
                 os.replace(tmp, out)
     except BaseException:
-        remove_quietly(tmp)
+        if tmp is not None:
+            remove_quietly(tmp)
         raise
     return out
 

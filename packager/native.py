@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -44,14 +43,15 @@ def compile_object(
     obj = cache_dir() / f"{key.hexdigest()[:32]}.o"
     if obj.exists():
         return obj
-    fd, tmp = tempfile.mkstemp(suffix=".o", dir=obj.parent)
-    os.close(fd)
-    cmd = [cc, *flags, *[f"-I{d}" for d in include_dirs], "-c", str(src), "-o", tmp]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        os.unlink(tmp)
-        raise PackagerError(f"{src.name}: compile failed:\n{r.stderr[-3000:]}")
-    os.replace(tmp, obj)  # atomic: parallel workers may race to fill the same entry
+    from .safe_paths import temp_file_beside
+
+    # Through a temporary name (parallel workers may race to fill the same entry), which
+    # an error or an interrupt removes.
+    with temp_file_beside(obj) as tmp:
+        cmd = [cc, *flags, *[f"-I{d}" for d in include_dirs], "-c", str(src), "-o", str(tmp)]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise PackagerError(f"{src.name}: compile failed:\n{r.stderr[-3000:]}")
     return obj
 
 

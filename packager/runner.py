@@ -288,9 +288,10 @@ def run_local(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise PackagerError(f"--output-dir {output_dir}: cannot create it: {e}") from e
-    with signals_held():  # the temporary directory exists only inside the try below
-        work = Path(tempfile.mkdtemp(prefix=".packager-run-", dir=out))
+    work = None
     try:
+        with signals_held():  # an interrupt held here arrives with ``work`` already set
+            work = Path(tempfile.mkdtemp(prefix=".packager-run-", dir=out))
         cmd = [str(exe), str(bundle)]
         for name, path in inputs.items():
             cmd += ["--input", f"{name}={os.path.abspath(path)}"]
@@ -306,7 +307,8 @@ def run_local(
                     os.replace(src, dest)
         return r
     finally:
-        remove_quietly(work)
+        if work is not None:
+            remove_quietly(work)
 
 
 def selftest_local(bundle: Path, board: Board, log=None) -> subprocess.CompletedProcess:

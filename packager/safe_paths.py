@@ -161,16 +161,19 @@ def temp_file_beside(dest: Path) -> Iterator[Path]:
     """A temporary path in ``dest``'s directory, renamed to ``dest`` when the block ends
     without error and removed otherwise."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{dest.name}.tmp-", dir=dest.parent)
-    os.close(fd)
-    tmp = Path(name)
+    tmp = None
     try:
+        with signals_held():  # the name is known before an interrupt can arrive
+            fd, name = tempfile.mkstemp(prefix=f".{dest.name}.tmp-", dir=dest.parent)
+            os.close(fd)
+            tmp = Path(name)
         yield tmp
         os.chmod(tmp, 0o666 & ~_UMASK)  # as a plain open() would have made it
         with signals_held():
             os.replace(tmp, dest)
     except BaseException:
-        remove_quietly(tmp)
+        if tmp is not None:
+            remove_quietly(tmp)
         raise
 
 
