@@ -379,7 +379,7 @@ def test_run_bundle_usage_errors(bundle, tmp_path):
     r = run(exe, root, *args, "--input", f"nope={tmp_path / 'x.npy'}")
     assert r.returncode == 2 and "no input 'nope'" in r.stderr
     r = run(exe, root, *args, *args[:2])
-    assert r.returncode == 2 and "input 'x' given twice" in r.stderr
+    assert r.returncode == 2 and "--input x given twice" in r.stderr
     r = run(exe, root, *args[2:], "--input", f"x={tmp_path / 'missing.npy'}")
     assert r.returncode == 2 and "missing.npy" in r.stderr
     assert run(exe, root, *args, "--repeat", "0").returncode == 2

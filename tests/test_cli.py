@@ -259,3 +259,35 @@ def test_help_explains(cli, capsys):
         main(["build", "--help"])
     assert e.value.code == 0
     assert "renamed to OUT" in capsys.readouterr().out
+
+
+def test_input_given_twice_refused(bundle, cli, tmp_path):
+    """The second --input of a name would silently replace the first: refused."""
+    x = bundle / "selftest" / "input_0.npy"
+    code, _, err = cli(
+        "run",
+        bundle,
+        "--board",
+        "host",
+        "--input",
+        f"input={x}",
+        "--input",
+        f"input={x}",
+        "--output-dir",
+        tmp_path / "res",
+    )
+    assert code == 2 and "--input input given twice" in err, err
+    assert not (tmp_path / "res").exists()
+
+
+@pytest.mark.parametrize("command", ["tune", "run", "bench", "clean", "deploy", "build"])
+def test_board_help(command, capsys):
+    from packager.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main([command, "--help"])
+    assert e.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "--board BOARD board profile: a name from `packager boards` or a path to a YAML file" in out
+    )

@@ -201,7 +201,7 @@ static int set_inputs(pk_graph* g, const options* o) {
             if (name && k < 0)
                 rc = fail(EXIT_BAD_INPUT, "the model has no input '%s'%s", name, "");
             else if (name && given[k])
-                rc = fail(EXIT_BAD_INPUT, "input '%s' given twice%s", name, "");
+                rc = fail(EXIT_BAD_INPUT, "--input %s given twice%s", name, "");
         }
         if (!path || (!o->selftest && !name)) rc = fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
         if (rc < 0) rc = set_input_file(g, k, path);
