@@ -148,9 +148,7 @@ def make_parser() -> argparse.ArgumentParser:
         "or interrupt OUT is left untouched.",
     )
     b.add_argument("model", metavar="MODEL.onnx")
-    b.add_argument(
-        "--board", required=True, help=BOARD_HELP
-    )
+    b.add_argument("--board", required=True, help=BOARD_HELP)
     b.add_argument("-o", "--output", required=True, metavar="OUT", help="bundle directory")
     b.add_argument(
         "--input-shape",
@@ -225,9 +223,7 @@ def make_parser() -> argparse.ArgumentParser:
     i.add_argument(
         "--plan-png", metavar="FILE", help="draw the memory plan (step x arena offset) as a PNG"
     )
-    i.add_argument(
-        "--board", default="host", help=f"with --plan: the {BOARD_HELP} (default host)"
-    )
+    i.add_argument("--board", default="host", help=f"with --plan: the {BOARD_HELP} (default host)")
     i.set_defaults(fn=cmd_inspect)
 
     bo = sub.add_parser(
