@@ -360,7 +360,6 @@ def test_run_bundle_selftest_mismatch(bundle, tmp_path):
         (np.zeros((3, 2), np.float32), None, "input 'x'"),
         (np.zeros((2, 3), np.float64), None, "expected float32[2, 3], got float64[2, 3]"),
         (None, np.zeros(3, np.int32), "expected int64[3], got int32[3]"),
-        (np.asfortranarray(np.zeros((2, 3), np.float32)), None, "fortran_order"),
         (np.zeros((2, 3), ">f4"), None, "big-endian"),
     ],
 )
