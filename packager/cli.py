@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 
 from . import __version__
-from .cli_args import add_connection_options, add_verify_option, input_shapes, log
+from .cli_args import BOARD_HELP, add_connection_options, add_verify_option, input_shapes, log
 from .cli_remote import add_parsers as add_board_parsers
 from .errors import PackagerError
 from .graph.conv_algorithms import ALGORITHMS
@@ -148,9 +148,7 @@ def make_parser() -> argparse.ArgumentParser:
         "or interrupt OUT is left untouched.",
     )
     b.add_argument("model", metavar="MODEL.onnx")
-    b.add_argument(
-        "--board", required=True, help="profile name (see `packager boards`) or YAML path"
-    )
+    b.add_argument("--board", required=True, help=BOARD_HELP)
     b.add_argument("-o", "--output", required=True, metavar="OUT", help="bundle directory")
     b.add_argument(
         "--input-shape",
@@ -188,7 +186,7 @@ def make_parser() -> argparse.ArgumentParser:
         "crashes (the signal is named).",
     )
     r.add_argument("bundle", metavar="OUT", help="bundle directory made by `packager build`")
-    r.add_argument("--board", required=True)
+    r.add_argument("--board", required=True, help=BOARD_HELP)
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="repeatable")
     r.add_argument(
         "--output-dir",
@@ -225,7 +223,7 @@ def make_parser() -> argparse.ArgumentParser:
     i.add_argument(
         "--plan-png", metavar="FILE", help="draw the memory plan (step x arena offset) as a PNG"
     )
-    i.add_argument("--board", default="host", help="board to compile for with --plan (host)")
+    i.add_argument("--board", default="host", help=f"with --plan: the {BOARD_HELP} (default host)")
     i.set_defaults(fn=cmd_inspect)
 
     bo = sub.add_parser(

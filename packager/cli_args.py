@@ -25,11 +25,25 @@ def parse_shape(text: str) -> tuple[str, list[int]]:
     return name, shape
 
 
+BOARD_HELP = "board profile: a name from `packager boards` or a path to a YAML file"
+
+
 def parse_input(text: str) -> tuple[str, str]:
     name, sep, path = text.rpartition("=")
     if not sep or not name or not path:
         raise PackagerError(f"--input {text!r}: expected NAME=FILE.npy")
     return name, path
+
+
+def parse_inputs(texts: list[str] | None) -> dict[str, str]:
+    """The --input values by name; a name given twice is refused (else the last would win)."""
+    inputs: dict[str, str] = {}
+    for text in texts or []:
+        name, path = parse_input(text)
+        if name in inputs:
+            raise PackagerError(f"--input {name} given twice ({inputs[name]} and {path})")
+        inputs[name] = path
+    return inputs
 
 
 def input_shapes(args) -> dict[str, list[int]]:

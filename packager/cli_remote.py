@@ -8,7 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-from .cli_args import add_connection_options, add_verify_option, log, parse_input
+from .cli_args import BOARD_HELP, add_connection_options, add_verify_option, log, parse_inputs
 from .errors import PackagerError
 
 
@@ -30,7 +30,7 @@ def open_target(args, board_name: str):
 def cmd_run(args) -> int:
     from .safe_paths import check_output_dir
 
-    inputs = dict(parse_input(s) for s in args.input or [])
+    inputs = parse_inputs(args.input)
     check_output_dir(args.output_dir)
     target = open_target(args, args.board)
     try:
@@ -135,7 +135,7 @@ def add_parsers(sub) -> None:
         "leaves a bundle that looks complete. Exit 3 if a selftest fails.",
     )
     d.add_argument("bundle", metavar="OUT")
-    d.add_argument("--board", required=True)
+    d.add_argument("--board", required=True, help=BOARD_HELP)
     add_verify_option(d)
     add_connection_options(d)
     d.set_defaults(fn=cmd_deploy)
@@ -148,7 +148,7 @@ def add_parsers(sub) -> None:
         "mean_ms, repeat, device); stderr says which device did what.",
     )
     b.add_argument("bundles", nargs="+", metavar="OUT")
-    b.add_argument("--board", required=True)
+    b.add_argument("--board", required=True, help=BOARD_HELP)
     b.add_argument("--repeat", type=int, default=20, metavar="N", help="default 20")
     add_verify_option(b)
     add_connection_options(b)
@@ -162,6 +162,6 @@ def add_parsers(sub) -> None:
         "nothing else is in it. Only a workdir the packager created (marked "
         ".packager-workdir) is touched; anything else is refused (exit 2).",
     )
-    c.add_argument("--board", required=True)
+    c.add_argument("--board", required=True, help=BOARD_HELP)
     add_connection_options(c)
     c.set_defaults(fn=cmd_clean)

@@ -360,7 +360,6 @@ def test_run_bundle_selftest_mismatch(bundle, tmp_path):
         (np.zeros((3, 2), np.float32), None, "input 'x'"),
         (np.zeros((2, 3), np.float64), None, "expected float32[2, 3], got float64[2, 3]"),
         (None, np.zeros(3, np.int32), "expected int64[3], got int32[3]"),
-        (np.asfortranarray(np.zeros((2, 3), np.float32)), None, "fortran_order"),
         (np.zeros((2, 3), ">f4"), None, "big-endian"),
     ],
 )
@@ -379,7 +378,7 @@ def test_run_bundle_usage_errors(bundle, tmp_path):
     r = run(exe, root, *args, "--input", f"nope={tmp_path / 'x.npy'}")
     assert r.returncode == 2 and "no input 'nope'" in r.stderr
     r = run(exe, root, *args, *args[:2])
-    assert r.returncode == 2 and "input 'x' given twice" in r.stderr
+    assert r.returncode == 2 and "--input x given twice" in r.stderr
     r = run(exe, root, *args[2:], "--input", f"x={tmp_path / 'missing.npy'}")
     assert r.returncode == 2 and "missing.npy" in r.stderr
     assert run(exe, root, *args, "--repeat", "0").returncode == 2

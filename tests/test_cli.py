@@ -259,3 +259,58 @@ def test_help_explains(cli, capsys):
         main(["build", "--help"])
     assert e.value.code == 0
     assert "renamed to OUT" in capsys.readouterr().out
+
+
+def test_input_given_twice_refused(bundle, cli, tmp_path):
+    """The second --input of a name would silently replace the first: refused."""
+    x = bundle / "selftest" / "input_0.npy"
+    code, _, err = cli(
+        "run",
+        bundle,
+        "--board",
+        "host",
+        "--input",
+        f"input={x}",
+        "--input",
+        f"input={x}",
+        "--output-dir",
+        tmp_path / "res",
+    )
+    assert code == 2 and "--input input given twice" in err, err
+    assert not (tmp_path / "res").exists()
+
+
+@pytest.mark.parametrize("command", ["tune", "run", "bench", "clean", "deploy", "build"])
+def test_board_help(command, capsys):
+    from packager.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main([command, "--help"])
+    assert e.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "--board BOARD board profile: a name from `packager boards` or a path to a YAML file" in out
+    )
+
+
+def test_new_opset_warns(cli, tmp_path):
+    """An ai.onnx opset newer than the packager was tested with: one warning line naming the
+    model, its opset and the newest tested one; build and inspect still go on."""
+    from packager.frontend.importer import NEWEST_TESTED_OPSET
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 99)])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    want = (
+        f"warning: {path}: ai.onnx opset 99 is newer than the newest the packager was tested "
+        f"with ({NEWEST_TESTED_OPSET})"
+    )
+    code, _, err = cli("inspect", path)
+    assert code == 0 and [line for line in err.splitlines() if "warning" in line] == [
+        want + "; check the results"
+    ], err
+    code, _, err = cli("build", path, "--board", "host", "-o", tmp_path / "out")
+    assert code == 0 and err.count(want) == 1, err

@@ -244,3 +244,47 @@ def test_registry_source_lists_signatures_sorted():
         "    {0, 0, 0},\n};\nconst int32_t pk_kernel_count = 2;\n"
     ) in src
     assert "{0, 0, 0},\n};\nconst int32_t pk_kernel_count = 0;" in registry_source([])
+
+
+@pytest.mark.parametrize(
+    "var, value, message",
+    [
+        ("PACKAGER_NUM_THREADS", "abc", "PACKAGER_NUM_THREADS='abc': expected a number of threads"),
+        ("PACKAGER_NUM_THREADS", "0", "PACKAGER_NUM_THREADS='0'"),
+        ("PACKAGER_NUM_THREADS", "-3", "PACKAGER_NUM_THREADS='-3'"),
+        ("PACKAGER_NUM_THREADS", "4x", "PACKAGER_NUM_THREADS='4x'"),
+        ("PACKAGER_PIN_CORES", "1,,2", "PACKAGER_PIN_CORES='1,,2': expected a comma-separated"),
+        ("PACKAGER_PIN_CORES", "99999", "PACKAGER_PIN_CORES='99999': core 99999 is not on this"),
+    ],
+)
+def test_bad_thread_env_refused(tiny, monkeypatch, var, value, message):
+    """A typo in the runtime's environment is an error, not a silent default."""
+    root, exe = tiny
+    monkeypatch.setenv(var, value)
+    check_refused(run(exe, root, "--selftest"), "cannot load bundle", message)
+
+
+def test_fortran_order_input(tiny, tmp_path):
+    """A Fortran-ordered .npy (np.asfortranarray, then np.save) gives the same outputs as the
+    same values in C order."""
+    root, exe = tiny
+    x = np.load(root / "selftest" / "input_0.npy")
+    x = np.random.default_rng(0).standard_normal(x.shape).astype(x.dtype)
+    np.save(tmp_path / "c.npy", x)
+    np.save(tmp_path / "f.npy", np.asfortranarray(x))
+    assert b"'fortran_order': True" in (tmp_path / "f.npy").read_bytes()[:128]
+    name = json.loads((root / "manifest.json").read_text())["inputs"][0]["name"]
+    for order in "cf":
+        r = run(
+            exe,
+            root,
+            "--input",
+            f"{name}={tmp_path / order}.npy",
+            "--output-dir",
+            tmp_path / f"out_{order}",
+        )
+        assert r.returncode == 0, r.stderr
+    outs = sorted((tmp_path / "out_c").iterdir())
+    assert outs
+    for out in outs:
+        np.testing.assert_array_equal(np.load(out), np.load(tmp_path / "out_f" / out.name))

@@ -1,5 +1,6 @@
 /* pk_npy.h - read and write NumPy .npy files (format 1.0, 2.0 and 3.0), little-endian,
- * C order, the dtypes of pk_dtype. Used by run_bundle; handy for test harnesses. */
+ * the dtypes of pk_dtype; Fortran-order files are read into C order by pk_npy_load. Used by
+ * run_bundle; handy for test harnesses. */
 #ifndef PK_NPY_H
 #define PK_NPY_H
 
@@ -15,6 +16,7 @@ typedef struct {
     int64_t shape[PK_MAX_NDIM];
     const void* data; /* into the parsed buffer; pk_npy_load aligns it to 64 bytes */
     size_t bytes;
+    int fortran_order; /* pk_npy_parse: data is column-major; pk_npy_load: always 0 */
 } pk_npy;
 
 /* Parses an .npy image held in buf; `what` names it in messages (e.g. the file path). */

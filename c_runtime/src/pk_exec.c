@@ -127,9 +127,14 @@ static int host_is_little_endian(void) {
 /* Takes ownership of own_params (may be NULL) whatever the outcome. */
 static pk_status create(const char* json, size_t json_len, const void* params, size_t params_len,
                         void* own_params, void* memory, size_t memory_len, pk_graph** out) {
-    pk_graph* g = calloc(1, sizeof *g);
+    char env_error[256];
     pk_status s = PK_OK;
     *out = NULL;
+    if (pk_parallel_env_error(env_error, sizeof env_error)) {
+        pk_aligned_free(own_params);
+        return pk_fail(PK_ERR_ARG, "%s", env_error);
+    }
+    pk_graph* g = calloc(1, sizeof *g);
     if (!g) {
         pk_aligned_free(own_params);
         return pk_fail(PK_ERR_NOMEM, "out of memory");

@@ -22,6 +22,11 @@
 /* Records a message for pk_last_error() and returns `s`, so callers can `return pk_fail(..)`. */
 pk_status pk_fail(pk_status s, const char* fmt, ...) PK_PRINTF(2, 3);
 
+/* ---- threads (pk_parallel.c) ---- */
+/* When PACKAGER_NUM_THREADS or PACKAGER_PIN_CORES is malformed or names a core the machine
+ * does not have: a message naming the variable and its value in buf, and non-zero. */
+int pk_parallel_env_error(char* buf, size_t cap);
+
 /* ---- dtypes (pk_dtype.c) ---- */
 typedef struct {
     pk_dtype code;

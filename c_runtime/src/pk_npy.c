@@ -100,7 +100,7 @@ static pk_status parse_header(cursor* c, const char* what, pk_npy* out) {
     }
     if (!descr[0] || fortran < 0 || !have_shape)
         return pk_fail(PK_ERR_FORMAT, "%s: npy header lacks descr, fortran_order or shape", what);
-    if (fortran) return pk_fail(PK_ERR_FORMAT, "%s: fortran_order arrays are not supported", what);
+    out->fortran_order = fortran;
     if (descr[0] == '>')
         return pk_fail(PK_ERR_FORMAT, "%s: big-endian dtype '%s' is not supported", what, descr);
     const pk_dtype_desc* dt = pk_dtype_by_npy(descr);
@@ -136,6 +136,38 @@ pk_status pk_npy_parse(const void* buf, size_t len, const char* what, pk_npy* ou
     return PK_OK;
 }
 
+/* Column-major src into row-major dst: walks dst in order, stepping src by each dimension's
+ * Fortran stride. */
+static void fortran_to_c(const unsigned char* src, unsigned char* dst, const pk_npy* a) {
+    size_t esize = pk_dtype_by_code(a->dtype)->size, n = a->bytes / esize;
+    int64_t idx[PK_MAX_NDIM] = {0}, stride[PK_MAX_NDIM], step = 1;
+    for (int32_t k = 0; k < a->ndim; k++) {
+        stride[k] = step;
+        step *= a->shape[k];
+    }
+    for (size_t c = 0; c < n; c++) {
+        int64_t at = 0;
+        for (int32_t k = 0; k < a->ndim; k++)
+            at += idx[k] * stride[k];
+        memcpy(dst + c * esize, src + (size_t)at * esize, esize);
+        for (int32_t k = a->ndim - 1; k >= 0 && ++idx[k] == a->shape[k]; k--)
+            idx[k] = 0;
+    }
+}
+
+/* Replaces *buffer by a new one holding a's data in C order. */
+static pk_status to_c_order(pk_npy* a, void** buffer, const char* what) {
+    a->fortran_order = 0;
+    if (a->ndim < 2 || a->bytes == 0) return PK_OK; /* the same bytes either way */
+    void* c = pk_aligned_alloc(a->bytes);
+    if (!c) return pk_fail(PK_ERR_NOMEM, "%s: cannot allocate %zu bytes", what, a->bytes);
+    fortran_to_c(a->data, c, a);
+    pk_aligned_free(*buffer);
+    *buffer = c;
+    a->data = c;
+    return PK_OK;
+}
+
 pk_status pk_npy_load(const char* path, pk_npy* out, void** buffer) {
     size_t len;
     *buffer = NULL;
@@ -145,6 +177,7 @@ pk_status pk_npy_load(const char* path, pk_npy* out, void** buffer) {
      * buffer so it can be read as its dtype. */
     if (!s && (uintptr_t)out->data % PK_ALIGN != 0)
         out->data = memmove(*buffer, out->data, out->bytes);
+    if (!s && out->fortran_order) s = to_c_order(out, buffer, pk_short_path(path));
     if (s) {
         pk_aligned_free(*buffer);
         *buffer = NULL;

@@ -7,7 +7,9 @@
  * Thread count: PACKAGER_NUM_THREADS from the environment, else PK_NUM_THREADS (from the board
  * profile's cores), else 1. Pinning: PACKAGER_PIN_CORES or PK_PIN_CORES, a comma-separated
  * list of core ids ("4,5" for the big cores of a big.LITTLE board); thread k (the caller is
- * thread 0) runs on the k-th listed core.
+ * thread 0) runs on the k-th listed core. pk_graph_create refuses a malformed value of either
+ * variable, or a core the machine does not have (pk_parallel_env_error), so a typo is an error
+ * rather than a silent single thread or an unpinned pool.
  *
  * Workers spin briefly for the next job before sleeping (kernels come microseconds apart).
  * Work is handed out one index at a time through an atomic counter: kernels parallelize
@@ -20,8 +22,81 @@
  */
 #if defined(PK_USE_THREADS) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* pthread_setaffinity_np */
+#elif !defined(_POSIX_C_SOURCE) && (defined(__unix__) || defined(__APPLE__))
+#define _POSIX_C_SOURCE 200809L /* sysconf */
 #endif
-#include "pk_kernel.h"
+#include "pk_internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
+
+#define PK_MAX_THREADS 256
+
+/* A thread count: digits only, >= 1, capped at PK_MAX_THREADS; 0 when malformed. */
+static int parse_threads(const char* s) {
+    if (*s < '0' || *s > '9') return 0; /* strtol would take "-2", " 4" and "+4" */
+    char* end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (*end || v < 1) return 0;
+    return (errno == ERANGE || v > PK_MAX_THREADS) ? PK_MAX_THREADS : (int)v;
+}
+
+/* A comma-separated list of core ids ("4,5") into out; the count, or -1 when malformed
+ * (an empty entry, a sign, junk, more than PK_MAX_THREADS ids). */
+static int parse_cores(const char* s, int* out) {
+    int n = 0;
+    if (!*s) return 0;
+    for (;;) {
+        if (*s < '0' || *s > '9' || n == PK_MAX_THREADS) return -1;
+        char* end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (errno || v > INT_MAX) return -1;
+        out[n++] = (int)v;
+        if (!*end) return n;
+        if (*end != ',') return -1;
+        s = end + 1;
+    }
+}
+
+/* Cores the machine has, 0 when it cannot tell (then any id is taken). */
+static int machine_cores(void) {
+#ifdef _SC_NPROCESSORS_CONF
+    long n = sysconf(_SC_NPROCESSORS_CONF);
+    return n > 0 && n < INT_MAX ? (int)n : 0;
+#else
+    return 0;
+#endif
+}
+
+/* Writes into buf (no pk_fail: the tuner links this file without the rest of the runtime). */
+int pk_parallel_env_error(char* buf, size_t cap) {
+    const char* s = getenv("PACKAGER_NUM_THREADS");
+    if (s && *s && !parse_threads(s))
+        return snprintf(buf, cap, "PACKAGER_NUM_THREADS='%.64s': expected a number of threads >= 1",
+                        s);
+    s = getenv("PACKAGER_PIN_CORES");
+    int cores[PK_MAX_THREADS], have = machine_cores();
+    int n = s ? parse_cores(s, cores) : 0;
+    if (n < 0)
+        return snprintf(buf, cap,
+                        "PACKAGER_PIN_CORES='%.64s': expected a comma-separated list of at most "
+                        "%d core ids, such as 0,1",
+                        s, PK_MAX_THREADS);
+    for (int i = 0; i < n; i++)
+        if (have && cores[i] >= have)
+            return snprintf(buf, cap,
+                            "PACKAGER_PIN_CORES='%.64s': core %d is not on this machine (it has "
+                            "cores 0-%d)",
+                            s, cores[i], have - 1);
+    return 0;
+}
 
 static void run_serial(void (*body)(void* ctx, int64_t i), void* ctx, int64_t n) {
     for (int64_t i = 0; i < n; i++)
@@ -38,7 +113,6 @@ void pk_parallel_for(void (*body)(void* ctx, int64_t i), void* ctx, int64_t n) {
 
 #include <pthread.h>
 #include <sched.h>
-#include <stdlib.h>
 
 #ifndef PK_NUM_THREADS
 #define PK_NUM_THREADS 1
@@ -46,7 +120,6 @@ void pk_parallel_for(void (*body)(void* ctx, int64_t i), void* ctx, int64_t n) {
 #ifndef PK_PIN_CORES
 #define PK_PIN_CORES ""
 #endif
-#define PK_MAX_THREADS 256
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER; /* a new job was posted */
@@ -79,25 +152,11 @@ static pk_pool pool;
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static __thread int in_parallel; /* set while this thread runs loop bodies */
 
-static int env_int(const char* name, int fallback) {
-    const char* s = getenv(name);
-    if (!s || !*s) return fallback;
-    char* end;
-    long v = strtol(s, &end, 10);
-    return (*end || v < 1) ? fallback : (int)(v > PK_MAX_THREADS ? PK_MAX_THREADS : v);
-}
-
-static int parse_cores(const char* s, int* out) {
-    int n = 0;
-    while (s && *s && n < PK_MAX_THREADS) {
-        char* end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 0) return 0; /* malformed: no pinning rather than a wrong one */
-        out[n++] = (int)v;
-        s = (*end == ',') ? end + 1 : end;
-        if (*end && *end != ',') return 0;
-    }
-    return n;
+/* The environment's value when pk_parallel_check_env accepts it, else the board's. */
+static int thread_count(void) {
+    const char* s = getenv("PACKAGER_NUM_THREADS");
+    int n = (s && *s) ? parse_threads(s) : 0;
+    return n ? n : PK_NUM_THREADS;
 }
 
 static void pin(int thread) {
@@ -204,7 +263,8 @@ static void* worker(void* arg) {
 static void start_pool(void) {
     const char* pins = getenv("PACKAGER_PIN_CORES");
     pool.ncores = parse_cores(pins ? pins : PK_PIN_CORES, pool.cores);
-    int threads = env_int("PACKAGER_NUM_THREADS", PK_NUM_THREADS);
+    if (pool.ncores < 0) pool.ncores = 0; /* malformed: no pinning rather than a wrong one */
+    int threads = thread_count();
     pin(0);
     for (int k = 1; k < threads; k++) {
         pthread_t t;

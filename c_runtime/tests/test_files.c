@@ -105,6 +105,35 @@ static void test_misaligned_npy(void) {
     unlink(in_dir("x.npy"));
 }
 
+/* A Fortran-order [2, 3, 2] array is loaded in C order: element (i, j, k) sits at
+ * i + 2j + 6k in the file and at 6i + 2j + k once loaded. */
+static void test_fortran_npy(void) {
+    const char header[] = "{'descr': '<i4', 'fortran_order': True, 'shape': (2, 3, 2), }";
+    int32_t file[12], want[12];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++)
+            for (int k = 0; k < 2; k++)
+                file[i + 2 * j + 6 * k] = want[6 * i + 2 * j + k] = 100 * i + 10 * j + k;
+    unsigned char img[256];
+    size_t hlen = 118; /* header, spaces and the newline: data at 128 */
+    memcpy(img, "\x93NUMPY\x01\x00", 8);
+    img[8] = (unsigned char)hlen, img[9] = 0;
+    memset(img + 10, ' ', hlen);
+    memcpy(img + 10, header, sizeof header - 1);
+    img[10 + hlen - 1] = '\n';
+    memcpy(img + 10 + hlen, file, sizeof file);
+    write_file(in_dir("f.npy"), img, 10 + hlen + sizeof file);
+    pk_npy a;
+    void* buf = NULL;
+    CHECK_MSG(pk_npy_load(in_dir("f.npy"), &a, &buf) == PK_OK, pk_last_error());
+    if (buf) {
+        CHECK(!a.fortran_order && a.ndim == 3 && a.bytes == sizeof want);
+        CHECK((uintptr_t)a.data % 64 == 0 && memcmp(a.data, want, sizeof want) == 0);
+        pk_npy_free(buf);
+    }
+    unlink(in_dir("f.npy"));
+}
+
 int main(void) {
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
@@ -113,6 +142,7 @@ int main(void) {
     test_not_regular();
     test_long_paths();
     test_misaligned_npy();
+    test_fortran_npy();
     rmdir(dir);
     return test_report("test_files");
 }

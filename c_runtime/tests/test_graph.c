@@ -1,6 +1,8 @@
 /* Graph loader and executor tests: a valid graph runs and gives the right numbers; every
  * listed corruption of graph.json or params.bin is rejected with a message; truncated and
  * bit-flipped files never crash (this file runs under ASAN+UBSAN in tests/test_c_runtime.py). */
+#define _POSIX_C_SOURCE 200809L /* setenv */
+
 #include "pk_runtime.h"
 #include "test_util.h"
 
@@ -468,11 +470,48 @@ static void test_bit_flips(void) {
            loaded_json, loaded_inplace, loaded_par);
 }
 
+/* A malformed PACKAGER_NUM_THREADS or PACKAGER_PIN_CORES, or a core the machine does not
+ * have, fails graph creation with a message naming the variable and the value. */
+static void test_thread_env(void) {
+    static const struct {
+        const char *var, *value, *message;
+    } bad[] = {
+        {"PACKAGER_NUM_THREADS", "abc", "PACKAGER_NUM_THREADS='abc': expected a number of threads"},
+        {"PACKAGER_NUM_THREADS", "0", "PACKAGER_NUM_THREADS='0'"},
+        {"PACKAGER_NUM_THREADS", "-2", "PACKAGER_NUM_THREADS='-2'"},
+        {"PACKAGER_NUM_THREADS", "4x", "PACKAGER_NUM_THREADS='4x'"},
+        {"PACKAGER_PIN_CORES", "1,,2", "PACKAGER_PIN_CORES='1,,2': expected a comma-separated"},
+        {"PACKAGER_PIN_CORES", "0,", "PACKAGER_PIN_CORES='0,'"},
+        {"PACKAGER_PIN_CORES", "x", "PACKAGER_PIN_CORES='x'"},
+        {"PACKAGER_PIN_CORES", "99999", "PACKAGER_PIN_CORES='99999': core 99999 is not on this"},
+    };
+    pk_graph* g = NULL;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv(bad[i].var, bad[i].value, 1);
+        CHECK_MSG(create(graph_json, strlen(graph_json), params, PARAMS_LEN, &g) == PK_ERR_ARG,
+                  bad[i].value);
+        CHECK_MSG(strstr(pk_last_error(), bad[i].message), pk_last_error());
+        unsetenv(bad[i].var);
+    }
+    /* Good values and empty ones (taken as unset) load. */
+    setenv("PACKAGER_NUM_THREADS", "3", 1);
+    setenv("PACKAGER_PIN_CORES", "0", 1);
+    CHECK_MSG(create(graph_json, strlen(graph_json), params, PARAMS_LEN, &g) == PK_OK,
+              pk_last_error());
+    setenv("PACKAGER_NUM_THREADS", "", 1);
+    setenv("PACKAGER_PIN_CORES", "", 1);
+    CHECK_MSG(create(graph_json, strlen(graph_json), params, PARAMS_LEN, &g) == PK_OK,
+              pk_last_error());
+    unsetenv("PACKAGER_NUM_THREADS");
+    unsetenv("PACKAGER_PIN_CORES");
+}
+
 int main(void) {
     quote(graph_src, graph_json);
     quote(inplace_src, inplace_json);
     build_params(params);
     test_valid();
+    test_thread_env();
     test_inplace();
     test_memory_and_alignment();
     test_kernel_failure();

@@ -51,7 +51,7 @@ typedef struct {
 } bad_case;
 
 static const bad_case bad[] = {
-    {"{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", 8, "fortran_order"},
+    {"{'descr': '<f4', 'fortran_order': Maybe, 'shape': (2,), }", 8, "value for 'fortran_order'"},
     {"{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", 8, "big-endian"},
     {"{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", 16, "unsupported npy dtype"},
     {"{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 9, "data has 9 bytes"},

@@ -23,8 +23,9 @@ static const char usage_text[] =
     "\n"
     "Loads BUNDLE_DIR/graph.json and BUNDLE_DIR/params.bin and runs the model once.\n"
     "\n"
-    "  --input NAME=FILE   value of model input NAME, a little-endian C-order .npy whose\n"
-    "                      dtype and shape must match the input exactly; every input needs one\n"
+    "  --input NAME=FILE   value of model input NAME, a little-endian .npy (C or Fortran order)\n"
+    "                      whose dtype and shape must match the input exactly; every input needs\n"
+    "                      one\n"
     "  --output-dir DIR    write each output to DIR/<name>.npy (DIR is created; characters of\n"
     "                      the name outside [A-Za-z0-9._-] become '_')\n"
     "  --repeat N          after the first (warm-up) run, time N more runs; the last line of\n"
@@ -200,7 +201,7 @@ static int set_inputs(pk_graph* g, const options* o) {
             if (name && k < 0)
                 rc = fail(EXIT_BAD_INPUT, "the model has no input '%s'%s", name, "");
             else if (name && given[k])
-                rc = fail(EXIT_BAD_INPUT, "input '%s' given twice%s", name, "");
+                rc = fail(EXIT_BAD_INPUT, "--input %s given twice%s", name, "");
         }
         if (!path || (!o->selftest && !name)) rc = fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
         if (rc < 0) rc = set_input_file(g, k, path);

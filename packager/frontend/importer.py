@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 
 import numpy as np
 import onnx
@@ -107,6 +108,21 @@ def model_opset(model: onnx.ModelProto) -> int:
         if imp.domain in DEFAULT_DOMAINS:
             return imp.version
     return 1
+
+
+# The newest ai.onnx opset the converters are tested against. A newer opset may change what
+# an op means, so a model using one is named in a warning (the import still goes on).
+NEWEST_TESTED_OPSET = 17
+
+
+def warn_new_opset(model: onnx.ModelProto, path: str) -> None:
+    opset = model_opset(model)
+    if opset > NEWEST_TESTED_OPSET:
+        print(
+            f"warning: {path}: ai.onnx opset {opset} is newer than the newest the packager "
+            f"was tested with ({NEWEST_TESTED_OPSET}); check the results",
+            file=sys.stderr,
+        )
 
 
 KERNEL_DTYPES = set(ONNX_DTYPES.values())
@@ -247,6 +263,7 @@ def import_onnx(
     model = model if model is not None else load_model(path)
     check_outputs(model, path)
     check_names(model, path)
+    warn_new_opset(model, path)
     opset = model_opset(model)
     values: dict[str, Value] = {}
     for t in model.graph.initializer:

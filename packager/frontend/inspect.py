@@ -15,6 +15,7 @@ from .importer import (
     load_model,
     model_opset,
     type_name,
+    warn_new_opset,
 )
 
 
@@ -31,6 +32,7 @@ def _elem(vi: onnx.ValueInfoProto) -> str:
 
 def inspect_model(path: str, input_shapes: dict | None = None) -> dict:
     model = load_model(path)
+    warn_new_opset(model, path)
     try:
         fixed = graph_input_shapes(model, input_shapes, path)
     except PackagerError:

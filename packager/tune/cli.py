@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..cli_args import input_shapes
+from ..cli_args import BOARD_HELP, input_shapes
 from ..errors import PackagerError
 from ..graph.conv_algorithms import ALGORITHMS
 from ..safe_paths import check_log_file
@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
         "--tuning-log FILE` applies the best record of each kernel.",
     )
     t.add_argument("model", metavar="MODEL.onnx")
-    t.add_argument("--board", required=True)
+    t.add_argument("--board", required=True, help=BOARD_HELP)
     t.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...")
     t.add_argument(
         "--trials",
