@@ -181,19 +181,42 @@ def make_parser() -> argparse.ArgumentParser:
         help="build (if needed) and run a bundle on a board",
         description="Check every bundle file against manifest.json's sha256, build the "
         "bundle with CMake if it is not built (or its sources, compiler or flags changed), "
-        "run it on the board and write each output as DIR/<name>.npy (characters outside "
-        "[A-Za-z0-9._-] in the name replaced by '_'). Exit 1 if run_bundle fails or "
-        "crashes (the signal is named).",
+        "run it on the board and print one line per output (dtype, shape, min, max, mean). "
+        "Inputs without --input are filled on the board (--fill, --seed; stderr names "
+        "them). With --output-dir, each output is also written as DIR/<name>.npy "
+        "(characters outside [A-Za-z0-9._-] in the name replaced by '_'). Exit 1 if "
+        "run_bundle fails or crashes (the signal is named).",
     )
     r.add_argument("bundle", metavar="OUT", help="bundle directory made by `packager build`")
     r.add_argument("--board", required=True, help=BOARD_HELP)
-    r.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="repeatable")
+    r.add_argument(
+        "--input",
+        action="append",
+        metavar="NAME=FILE.npy",
+        help="repeatable; an input without one is filled (--fill)",
+    )
+    r.add_argument(
+        "--fill",
+        choices=("random", "zeros"),
+        help="how inputs without --input are filled: random (default: floats in [-1, 1), "
+        "integers in [0, 10), bools 0/1, the same on every board for one --seed) or zeros",
+    )
+    r.add_argument(
+        "--seed", type=int, metavar="N", help="seed of --fill random, 0 to 2^64-1 (default 0)"
+    )
+    r.add_argument(
+        "--top",
+        type=int,
+        metavar="K",
+        help="also print the K largest elements (INDEX=VALUE) of each output that is a "
+        "vector of scores (one dimension other than 1)",
+    )
     r.add_argument(
         "--output-dir",
-        required=True,
         metavar="DIR",
-        help="created if missing; only the outputs' .npy files are written (each whole, "
-        "through a temporary name), nothing else in DIR is touched",
+        help="also write each output as DIR/<name>.npy; created if missing; only the "
+        "outputs' .npy files are written (each whole, through a temporary name), nothing "
+        "else in DIR is touched",
     )
     add_verify_option(r)
     r.add_argument(

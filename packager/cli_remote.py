@@ -31,7 +31,9 @@ def cmd_run(args) -> int:
     from .safe_paths import check_output_dir
 
     inputs = parse_inputs(args.input)
-    check_output_dir(args.output_dir)
+    if args.output_dir is not None:
+        check_output_dir(args.output_dir)
+    fill = fill_args(args)
     target = open_target(args, args.board)
     try:
         r = target.run(
@@ -41,6 +43,7 @@ def cmd_run(args) -> int:
             args.repeat,
             args.timeout,
             verify=not args.no_verify,
+            extra=fill,
         )
     finally:
         target.close()
@@ -51,6 +54,17 @@ def cmd_run(args) -> int:
         print(f"error: run_bundle was killed by {killer}", file=sys.stderr)
         return 1  # a runtime failure, as any other of run_bundle's
     return r.returncode
+
+
+def fill_args(args) -> list[str]:
+    """run_bundle's --fill, --seed and --top, checked here so that a bad value is refused
+    before anything is built or sent."""
+    if args.seed is not None and not 0 <= args.seed < 2**64:
+        raise PackagerError(f"--seed {args.seed}: expected an integer in [0, 2^64)")
+    if args.top is not None and args.top < 1:
+        raise PackagerError(f"--top {args.top}: expected an integer >= 1")
+    pairs = [("--fill", args.fill), ("--seed", args.seed), ("--top", args.top)]
+    return [str(x) for flag, value in pairs if value is not None for x in (flag, value)]
 
 
 def killed_by(returncode: int) -> str | None:

@@ -9,7 +9,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -241,16 +241,14 @@ def check_bundle_board(manifest: dict, board: Board) -> None:
 
 
 def check_inputs(manifest: dict, inputs: dict[str, str]) -> None:
-    """Every model input given once, each .npy of the right shape and dtype."""
+    """Each input given names a model input and is a .npy of its shape and dtype (inputs
+    not given are filled by run_bundle)."""
     want = {i["name"]: i for i in manifest["inputs"]}
     unknown = [n for n in inputs if n not in want]
     if unknown:
         raise PackagerError(
             f"--input {unknown[0]}: the model has no such input (inputs: {', '.join(want)})"
         )
-    missing = [n for n in want if n not in inputs]
-    if missing:
-        raise PackagerError(f"missing --input for: {', '.join(missing)}")
     for name, path in inputs.items():
         try:
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -269,12 +267,15 @@ def run_local(
     bundle: Path,
     board: Board,
     inputs: dict[str, str],
-    output_dir: str,
+    output_dir: str | None,
     repeat: int = 0,
     log=None,
     digests: dict[str, str] | None = None,
+    extra: Sequence[str] = (),
 ) -> subprocess.CompletedProcess:
-    """Run the bundle on this machine; outputs go to ``output_dir/<safe name>.npy``.
+    """Run the bundle on this machine (``extra``: more run_bundle arguments, e.g. --fill,
+    --seed, --top); outputs go to ``output_dir/<safe name>.npy`` when there is one, else
+    only run_bundle's printed summary tells them.
 
     run_bundle writes into a fresh directory inside ``output_dir``; only when it
     succeeds is each output renamed into place, so ``output_dir`` never holds a partial
@@ -283,6 +284,13 @@ def run_local(
     manifest = load_manifest(bundle)
     check_inputs(manifest, inputs)
     exe = build(bundle, board, log, digests)
+    cmd = [str(exe), str(bundle)]
+    for name, path in inputs.items():
+        cmd += ["--input", f"{name}={os.path.abspath(path)}"]
+    cmd += ["--repeat", str(repeat)] if repeat else []
+    cmd += list(extra)
+    if output_dir is None:
+        return subprocess.run(cmd, capture_output=True, text=True)
     out = Path(output_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -292,13 +300,7 @@ def run_local(
     try:
         with signals_held():  # an interrupt held here arrives with ``work`` already set
             work = Path(tempfile.mkdtemp(prefix=".packager-run-", dir=out))
-        cmd = [str(exe), str(bundle)]
-        for name, path in inputs.items():
-            cmd += ["--input", f"{name}={os.path.abspath(path)}"]
-        cmd += ["--output-dir", str(work)]
-        if repeat:
-            cmd += ["--repeat", str(repeat)]
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        r = subprocess.run([*cmd, "--output-dir", str(work)], capture_output=True, text=True)
         if r.returncode == 0:
             with signals_held():
                 for src, dest in zip(

@@ -325,6 +325,28 @@ def test_run_bundle_repeat(bundle, tmp_path):
     assert 0 <= stats["min_ms"] <= stats["median_ms"] and stats["mean_ms"] >= stats["min_ms"]
 
 
+def test_run_bundle_fills_missing_inputs(bundle, tmp_path):
+    """Under the sanitizers: filled inputs of two dtypes, the per-output summary, --top."""
+    root, exe = bundle
+    r = run(exe, root, "--seed", 11, "--top", 2, "--output-dir", tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "input 'x' float32[2, 3]: no --input, filled with random values (seed 11)" in r.stderr
+    idx = np.load(tmp_path / "idx_copy.npy")  # the filled idx, passed through
+    assert idx.dtype == np.int64 and ((idx >= 0) & (idx < 10)).all()
+    s = np.load(tmp_path / "sum_0.npy")
+    x = s - BIAS
+    assert ((x >= -1) & (x < 1)).all() and len(np.unique(x)) == x.size
+    lines = r.stdout.splitlines()
+    assert lines[2] == (
+        f"output 2 'idx_copy': int64[3] min {idx.min()} max {idx.max()} mean {idx.mean():.6g} "
+        f"top 2: " + " ".join(f"{i}={idx[i]}" for i in np.argsort(-idx, kind="stable")[:2])
+    )
+    assert lines[1].startswith("output 1 'sum:0': float32[2, 3] min ") and "top" not in lines[1]
+    r = run(exe, root, "--fill", "zeros")
+    assert r.returncode == 0, r.stderr
+    assert "output 2 'idx_copy': int64[3] min 0 max 0 mean 0" in r.stdout
+
+
 def test_run_bundle_selftest(bundle, tmp_path):
     root, exe = bundle
     r = run(exe, root, "--selftest")
@@ -374,7 +396,7 @@ def test_run_bundle_usage_errors(bundle, tmp_path):
     root, exe = bundle
     args = feeds(tmp_path)
     r = run(exe, root, args[0], args[1])
-    assert r.returncode == 2 and "missing --input idx" in r.stderr
+    assert r.returncode == 0 and "input 'idx' int64[3]: no --input, filled with random" in r.stderr
     r = run(exe, root, *args, "--input", f"nope={tmp_path / 'x.npy'}")
     assert r.returncode == 2 and "no input 'nope'" in r.stderr
     r = run(exe, root, *args, *args[:2])

@@ -1,4 +1,5 @@
-/* run_bundle: run a packaged model on .npy inputs, time it, or check it against its selftest.
+/* run_bundle: run a packaged model on .npy inputs (or generated ones), time it, or check it
+ * against its selftest.
  * Exit codes: 0 ok, 1 internal error, 2 bad usage/input/bundle, 3 selftest mismatch. */
 #define _POSIX_C_SOURCE 200809L
 
@@ -18,14 +19,22 @@
 enum { EXIT_INTERNAL = 1, EXIT_BAD_INPUT = 2, EXIT_MISMATCH = 3 };
 
 static const char usage_text[] =
-    "usage: run_bundle BUNDLE_DIR [--input NAME=FILE.npy]... [--output-dir DIR]\n"
-    "                  [--repeat N [--profile]] [--selftest [--rtol R] [--atol A]]\n"
+    "usage: run_bundle BUNDLE_DIR [--input NAME=FILE.npy]... [--fill random|zeros] [--seed N]\n"
+    "                  [--output-dir DIR] [--top K] [--repeat N [--profile]]\n"
+    "                  [--selftest [--rtol R] [--atol A]]\n"
     "\n"
-    "Loads BUNDLE_DIR/graph.json and BUNDLE_DIR/params.bin and runs the model once.\n"
+    "Loads BUNDLE_DIR/graph.json and BUNDLE_DIR/params.bin, runs the model once and prints\n"
+    "one line per output: 'output I 'NAME': DTYPE[SHAPE] min X max Y mean Z' (NaNs are left\n"
+    "out of min, max and mean and counted as 'nan N').\n"
     "\n"
     "  --input NAME=FILE   value of model input NAME, a little-endian .npy (C or Fortran order)\n"
-    "                      whose dtype and shape must match the input exactly; every input needs\n"
-    "                      one\n"
+    "                      whose dtype and shape must match the input exactly; given once\n"
+    "  --fill random|zeros how inputs without --input are filled (stderr names each one):\n"
+    "                      random (default): floats uniform in [-1, 1), integers in [0, 10),\n"
+    "                      bools 0 or 1, the same on every machine for one --seed; zeros\n"
+    "  --seed N            seed of --fill random, an integer in [0, 2^64) (default 0)\n"
+    "  --top K             for each output with one dimension other than 1 (a vector of\n"
+    "                      scores), also print its K largest elements as INDEX=VALUE\n"
     "  --output-dir DIR    write each output to DIR/<name>.npy (DIR is created; characters of\n"
     "                      the name outside [A-Za-z0-9._-] become '_')\n"
     "  --repeat N          after the first (warm-up) run, time N more runs; the last line of\n"
@@ -57,6 +66,10 @@ typedef struct {
     int selftest;
     double rtol, atol;
     int have_rtol, have_atol;
+    int fill_zeros, have_fill;
+    uint64_t seed;
+    int have_seed;
+    long top;
 } options;
 
 static int fail(int code, const char* fmt, const char* a, const char* b) {
@@ -94,6 +107,38 @@ static int parse_number(const char* s, double* out) {
     return *s && !*end && !errno && isfinite(*out) && *out >= 0;
 }
 
+/* A decimal integer in [lo, hi] (no sign, no spaces). */
+static int parse_integer(const char* s, unsigned long long lo, unsigned long long hi,
+                         unsigned long long* out) {
+    char* end;
+    if (*s < '0' || *s > '9') return 0;
+    errno = 0;
+    *out = strtoull(s, &end, 10);
+    return !*end && !errno && *out >= lo && *out <= hi;
+}
+
+/* --fill, --seed, --top: -2 when A is one of them and V is valid, -1 when A is none of
+ * them, else an exit code. */
+static int parse_fill_option(const char* a, const char* v, options* o) {
+    unsigned long long n;
+    if (!strcmp(a, "--fill")) {
+        if (strcmp(v, "random") && strcmp(v, "zeros"))
+            return fail(EXIT_BAD_INPUT, "--fill wants 'random' or 'zeros', got '%s'%s", v, "");
+        o->fill_zeros = !strcmp(v, "zeros"), o->have_fill = 1;
+    } else if (!strcmp(a, "--seed")) {
+        if (!parse_integer(v, 0, UINT64_MAX, &n))
+            return fail(EXIT_BAD_INPUT, "--seed wants an integer in [0, 2^64), got '%s'%s", v, "");
+        o->seed = n, o->have_seed = 1;
+    } else if (!strcmp(a, "--top")) {
+        if (!parse_integer(v, 1, 1000000000, &n))
+            return fail(EXIT_BAD_INPUT, "--top wants an integer >= 1, got '%s'%s", v, "");
+        o->top = (long)n;
+    } else {
+        return -1;
+    }
+    return -2;
+}
+
 /* Returns -1 on success, else an exit code. */
 static int parse_args(int argc, char** argv, options* o) {
     o->inputs = calloc((size_t)argc, sizeof *o->inputs);
@@ -110,10 +155,15 @@ static int parse_args(int argc, char** argv, options* o) {
         } else if (!strcmp(a, "--profile")) {
             o->profile = 1;
         } else if (!strcmp(a, "--input") || !strcmp(a, "--output-dir") || !strcmp(a, "--repeat") ||
-                   !strcmp(a, "--rtol") || !strcmp(a, "--atol")) {
+                   !strcmp(a, "--rtol") || !strcmp(a, "--atol") || !strcmp(a, "--fill") ||
+                   !strcmp(a, "--seed") || !strcmp(a, "--top")) {
             if (!v) return fail(EXIT_BAD_INPUT, "%s needs a value%s (see --help)", a, "");
             i++;
-            if (!strcmp(a, "--input")) {
+            int rc = parse_fill_option(a, v, o);
+            if (rc >= 0) return rc;
+            if (rc == -2) {
+                /* a --fill, --seed or --top value, taken */
+            } else if (!strcmp(a, "--input")) {
                 if (!strchr(v, '='))
                     return fail(EXIT_BAD_INPUT, "--input wants NAME=FILE, got '%s'%s", v, "");
                 o->inputs[o->num_inputs++] = v;
@@ -140,8 +190,11 @@ static int parse_args(int argc, char** argv, options* o) {
     if (!o->bundle) return fail(EXIT_BAD_INPUT, "missing BUNDLE_DIR%s%s (see --help)", "", "");
     if (o->profile && !o->repeat)
         return fail(EXIT_BAD_INPUT, "--profile needs --repeat N%s%s", "", "");
-    if (o->selftest && o->num_inputs)
-        return fail(EXIT_BAD_INPUT, "--selftest takes its inputs from selftest/%s%s", "", "");
+    if (o->selftest && (o->num_inputs || o->have_fill || o->have_seed))
+        return fail(EXIT_BAD_INPUT,
+                    "--selftest takes its inputs from selftest/%s%s (no --input, "
+                    "--fill or --seed)",
+                    "", "");
     return -1;
 }
 
@@ -183,6 +236,82 @@ static int set_input_file(pk_graph* g, int32_t i, const char* path) {
     return s ? fail(EXIT_INTERNAL, "%s%s", pk_last_error(), "") : -1;
 }
 
+/* splitmix64: a small generator that gives the same numbers on every machine. */
+static uint64_t next_random(uint64_t* state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Element k of a filled input: floats in [-1, 1) (24 random bits, exact in float32),
+ * integers in [0, 10) (valid as small indices or ids), bools 0 or 1. */
+static void put_random(void* p, pk_dtype dt, size_t k, uint64_t r) {
+    double f = (double)(r >> 40) / 8388608.0 - 1.0;
+    int small = (int)((r >> 32) % 10);
+    switch (dt) {
+    case PK_FLOAT32:
+        ((float*)p)[k] = (float)f;
+        break;
+    case PK_FLOAT64:
+        ((double*)p)[k] = f;
+        break;
+    case PK_INT8:
+        ((int8_t*)p)[k] = (int8_t)small;
+        break;
+    case PK_INT16:
+        ((int16_t*)p)[k] = (int16_t)small;
+        break;
+    case PK_INT32:
+        ((int32_t*)p)[k] = small;
+        break;
+    case PK_INT64:
+        ((int64_t*)p)[k] = small;
+        break;
+    case PK_UINT8:
+        ((uint8_t*)p)[k] = (uint8_t)small;
+        break;
+    case PK_UINT16:
+        ((uint16_t*)p)[k] = (uint16_t)small;
+        break;
+    case PK_UINT32:
+        ((uint32_t*)p)[k] = (uint32_t)small;
+        break;
+    case PK_UINT64:
+        ((uint64_t*)p)[k] = (uint64_t)small;
+        break;
+    case PK_BOOL:
+        ((uint8_t*)p)[k] = (uint8_t)(r >> 63);
+        break;
+    }
+}
+
+/* Fills graph input i (one that has no --input) with zeros or random values. Each input has
+ * its own stream, from the seed and its index: giving a file for one input leaves the values
+ * of the others as they were. */
+static int fill_input(pk_graph* g, int32_t i, const options* o) {
+    pk_tensor_info info;
+    char what[512];
+    pk_graph_input_info(g, i, &info);
+    size_t esize = pk_dtype_by_code((int32_t)info.dtype)->size, n = info.bytes / esize;
+    void* data = calloc(info.bytes + 1, 1);
+    if (!data) return fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
+    uint64_t state = o->seed ^ ((uint64_t)i * 0xD1B54A32D192ED03ull);
+    for (size_t k = 0; !o->fill_zeros && k < n; k++)
+        put_random(data, info.dtype, k, next_random(&state));
+    describe(what, sizeof what, info.dtype, info.ndim, info.shape);
+    if (o->fill_zeros)
+        fprintf(stderr, "run_bundle: input '%s' %s: no --input, filled with zeros\n", info.name,
+                what);
+    else
+        fprintf(stderr,
+                "run_bundle: input '%s' %s: no --input, filled with random values (seed %llu)\n",
+                info.name, what, (unsigned long long)o->seed);
+    pk_status s = pk_graph_set_input(g, i, data, info.bytes);
+    free(data);
+    return s ? fail(EXIT_INTERNAL, "%s%s", pk_last_error(), "") : -1;
+}
+
 static int set_inputs(pk_graph* g, const options* o) {
     int32_t n = pk_graph_num_inputs(g);
     char* given = calloc((size_t)n + 1, 1);
@@ -212,7 +341,7 @@ static int set_inputs(pk_graph* g, const options* o) {
     for (int32_t i = 0; i < n && rc < 0; i++) {
         pk_tensor_info info;
         pk_graph_input_info(g, i, &info);
-        if (!given[i]) rc = fail(EXIT_BAD_INPUT, "missing --input %s=FILE.npy%s", info.name, "");
+        if (!given[i]) rc = fill_input(g, i, o);
     }
     free(given);
     return rc;
@@ -303,6 +432,79 @@ static double element(const void* p, pk_dtype dt, size_t i) {
         return (double)((const uint64_t*)p)[i];
     }
     return 0;
+}
+
+/* Integers exactly (up to 2^53), floats to 6 significant digits. */
+static void print_value(pk_dtype dt, double v) {
+    printf(pk_dtype_by_code((int32_t)dt)->is_float || isnan(v) ? "%.6g" : "%.17g", v);
+}
+
+/* The one dimension other than 1, or -1 when the output is not a vector of scores. */
+static int vector_dim(const pk_tensor_info* info) {
+    int dim = -1;
+    for (int32_t d = 0; d < info->ndim; d++) {
+        if (info->shape[d] == 1) continue;
+        if (dim >= 0) return -1;
+        dim = (int)d;
+    }
+    return dim;
+}
+
+/* Prints the k largest elements as INDEX=VALUE, largest first (ties: lower index first; NaN
+ * below every number). Selection by repeated scans: k is small. */
+static int print_top(const pk_tensor_info* info, const void* data, size_t n, long k) {
+    char* taken = calloc(n + 1, 1);
+    if (!taken) return fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
+    printf(" top %ld:", k);
+    for (long j = 0; j < k && (size_t)j < n; j++) {
+        size_t best = n;
+        for (size_t e = 0; e < n; e++) {
+            if (taken[e]) continue;
+            double x = element(data, info->dtype, e);
+            double b = best < n ? element(data, info->dtype, best) : 0;
+            if (best == n || (!isnan(x) && (isnan(b) || x > b))) best = e;
+        }
+        taken[best] = 1;
+        printf(" %zu=", best);
+        print_value(info->dtype, element(data, info->dtype, best));
+    }
+    free(taken);
+    return -1;
+}
+
+/* One line per output: dtype, shape, min, max, mean (NaNs left out and counted), and the
+ * top-k elements of a vector of scores when asked. */
+static int print_summary(pk_graph* g, long top) {
+    for (int32_t i = 0; i < pk_graph_num_outputs(g); i++) {
+        pk_tensor_info info;
+        char what[512];
+        void* data = fetch_output(g, i, &info);
+        if (!data) return fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
+        size_t n = info.bytes / pk_dtype_by_code((int32_t)info.dtype)->size, nans = 0;
+        double lo = NAN, hi = NAN, sum = 0;
+        for (size_t e = 0; e < n; e++) {
+            double x = element(data, info.dtype, e);
+            if (isnan(x)) {
+                nans++;
+                continue;
+            }
+            lo = isnan(lo) || x < lo ? x : lo;
+            hi = isnan(hi) || x > hi ? x : hi;
+            sum += x;
+        }
+        printf("output %d '%s': %s min ", (int)i, info.name,
+               describe(what, sizeof what, info.dtype, info.ndim, info.shape));
+        print_value(info.dtype, lo);
+        printf(" max ");
+        print_value(info.dtype, hi);
+        printf(" mean %.6g", n > nans ? sum / (double)(n - nans) : NAN);
+        if (nans) printf(" nan %zu", nans);
+        int rc = top && vector_dim(&info) >= 0 && n ? print_top(&info, data, n, top) : -1;
+        printf("\n");
+        free(data);
+        if (rc >= 0) return rc;
+    }
+    return -1;
 }
 
 /* Compares one output with its reference; prints a line; returns 1 if it passes. */
@@ -500,6 +702,7 @@ static int run(const options* o) {
     if (rc < 0 && (s = pk_graph_run(g)) != PK_OK)
         rc = fail(s == PK_ERR_KERNEL ? EXIT_BAD_INPUT : EXIT_INTERNAL, "%s%s", pk_last_error(), "");
     if (rc < 0 && o->output_dir) rc = write_outputs(g, o->output_dir);
+    if (rc < 0 && !o->selftest) rc = print_summary(g, o->top);
     int mismatch = 0;
     if (rc < 0 && o->selftest) {
         rc = selftest(g, o);

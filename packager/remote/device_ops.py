@@ -17,7 +17,7 @@ import json
 import posixpath
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,15 +172,18 @@ def run(
     repeat: int = 0,
     timeout_s: float | None = None,
     log=None,
+    extra: Sequence[str] = (),
 ) -> Result:
-    """Upload ``inputs`` (name -> local .npy), run, fetch the outputs into ``output_dir``
-    as <safe name>.npy (only when the run succeeds). The run's directory is removed."""
+    """Upload ``inputs`` (name -> local .npy), run (run_bundle fills the inputs not given,
+    as ``extra``'s --fill and --seed say), fetch the outputs into ``output_dir`` as
+    <safe name>.npy when there is one and the run succeeds. The run's directory is removed."""
     final = ensure_deployed(session, board, prepared, log)
     run_dir = rpath(posixpath.dirname(final), workdir.RUNS, uuid.uuid4().hex)
     try:
         args = _upload_inputs(session, run_dir, inputs)
-        args += ["--output-dir", rpath(run_dir, "out")]
+        args += ["--output-dir", rpath(run_dir, "out")] if output_dir is not None else []
         args += ["--repeat", str(repeat)] if repeat else []
+        args += list(extra)
         r = run_bundle(session, board, final, args, timeout_s)
         if r.returncode == 0 and output_dir is not None:
             _fetch_outputs(session, prepared.bundle, rpath(run_dir, "out"), Path(output_dir))

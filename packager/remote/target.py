@@ -35,11 +35,11 @@ class LocalTarget:
         pass
 
     def run(
-        self, bundle: Path, inputs, output_dir, repeat=0, timeout_s=None, verify=True
+        self, bundle: Path, inputs, output_dir, repeat=0, timeout_s=None, verify=True, extra=()
     ) -> Result:
         digests = _check_bundle(bundle, self.board, inputs, verify)
         r = runner.run_local(
-            bundle, self.board, inputs, output_dir, repeat, log=self.log, digests=digests
+            bundle, self.board, inputs, output_dir, repeat, self.log, digests, extra
         )
         # A signal's death as a remote shell reports it (128+N), so the CLI reads both alike.
         code = 128 - r.returncode if r.returncode < 0 else r.returncode
@@ -84,14 +84,14 @@ class RemoteTarget:
             s.close()
 
     def run(
-        self, bundle: Path, inputs, output_dir, repeat=0, timeout_s=None, verify=True
+        self, bundle: Path, inputs, output_dir, repeat=0, timeout_s=None, verify=True, extra=()
     ) -> Result:
         _check_bundle(bundle, self.board, inputs, verify)
         prepared = device_ops.prepare(bundle, self.board, self.log)
 
         def job(s: Session, _):
             return device_ops.run(
-                s, self.board, prepared, inputs, output_dir, repeat, timeout_s, self.log
+                s, self.board, prepared, inputs, output_dir, repeat, timeout_s, self.log, extra
             )
 
         return self._one(pool.spread(self.sessions, [bundle], job, self.log))

@@ -211,3 +211,36 @@ def _reseeded(path: Path) -> onnx.ModelProto:
         a = numpy_helper.to_array(t)
         t.CopyFrom(numpy_helper.from_array((a * 0.5).astype(a.dtype), t.name))
     return model
+
+
+def splitmix_floats(seed: int, index: int, n: int) -> np.ndarray:
+    """run_bundle's --fill random for float32 input ``index``: splitmix64, the top 24 bits
+    of each number mapped to [-1, 1)."""
+    mask, state, out = 2**64 - 1, seed ^ (index * 0xD1B54A32D192ED03) & (2**64 - 1), []
+    for _ in range(n):
+        state = (state + 0x9E3779B97F4A7C15) & mask
+        z = ((state ^ (state >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        out.append(((z ^ (z >> 31)) >> 40) / 2**23 - 1)
+    return np.array(out, np.float32)
+
+
+def test_run_fills_inputs_on_the_device(nasty_bundle, board, cli, tmp_path):
+    """No --input, no --output-dir: run_bundle on the board fills the input and prints the
+    summary; the random fill is the same there as the generator's definition here."""
+    bundle, canary = nasty_bundle
+    code, out, err = cli("run", bundle, "--board", board, "--fill", "zeros")
+    assert code == 0, out + err
+    assert "float32[3, 4]: no --input, filled with zeros" in err
+    assert out.strip().endswith("float32[3, 4] min 0 max 0 mean 0")
+    assert list(tmp_path.iterdir()) == []
+
+    res = tmp_path / "res"
+    code, out, err = cli("run", bundle, "--board", board, "--seed", "9", "--output-dir", res)
+    assert code == 0, out + err
+    assert "filled with random values (seed 9)" in err
+    (got,) = [np.load(p) for p in res.iterdir()]
+    x = splitmix_floats(9, 0, 12).reshape(3, 4)
+    np.testing.assert_array_equal(got, np.maximum(x * 2, 0))
+    assert f"min {got.min():.6g} max {got.max():.6g} mean " in out
+    assert not canary.exists()
