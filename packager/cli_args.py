@@ -47,7 +47,15 @@ def parse_inputs(texts: list[str] | None) -> dict[str, str]:
 
 
 def input_shapes(args) -> dict[str, list[int]]:
-    return dict(parse_shape(s) for s in args.input_shape or [])
+    """The --input-shape values by name; a name given twice is refused (else the last
+    would win)."""
+    shapes: dict[str, list[int]] = {}
+    for text in args.input_shape or []:
+        name, shape = parse_shape(text)
+        if name in shapes:
+            raise PackagerError(f"--input-shape {name} given twice ({shapes[name]} and {shape})")
+        shapes[name] = shape
+    return shapes
 
 
 def log(msg: str) -> None:

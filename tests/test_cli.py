@@ -314,3 +314,18 @@ def test_new_opset_warns(cli, tmp_path):
     ], err
     code, _, err = cli("build", path, "--board", "host", "-o", tmp_path / "out")
     assert code == 0 and err.count(want) == 1, err
+
+
+@pytest.mark.parametrize("command", ["build", "inspect", "tune"])
+def test_input_shape_given_twice_refused(cli, tmp_path, command):
+    """The second --input-shape of a name would silently replace the first: refused before
+    anything is read or written."""
+    extra = {
+        "build": ["--board", "host", "-o", tmp_path / "b"],
+        "tune": ["--board", "host", "--log", tmp_path / "t.jsonl"],
+    }
+    shapes = ["--input-shape", "input=1,3,32,32", "--input-shape", "input=1,3,64,64"]
+    code, _, err = cli(command, EXAMPLE, *extra.get(command, []), *shapes)
+    assert code == 2, err
+    assert "error: --input-shape input given twice ([1, 3, 32, 32] and [1, 3, 64, 64])" in err
+    assert list(tmp_path.iterdir()) == []
