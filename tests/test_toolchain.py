@@ -56,3 +56,18 @@ def test_arm_profile_compiles_with_its_cross_compiler(board, tmp_path):
     assert r.returncode == 0, r.stderr
     machine = int.from_bytes((tmp_path / "o").read_bytes()[18:20], "little")
     assert machine == {"aarch64": 0xB7, "armv7": 0x28}[board.arch]
+
+
+def test_rpi5_flags_enable_the_dot_product_instructions():
+    """The Cortex-A76 has ARMv8.2's sdot/udot, which int8 kernels will use: the profile's
+    flags must tell the compiler so."""
+    board = load_board("rpi5")
+    if shutil.which(board.toolchain.cc) is None:
+        pytest.skip(f"{board.toolchain.cc} not installed (bash scripts/setup.sh)")
+    cmd = [board.toolchain.cc, *board.toolchain.cflags, "-dM", "-E", "-x", "c", "/dev/null"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "#define __ARM_FEATURE_DOTPROD 1" in r.stdout
+    rpi4 = load_board("rpi4")
+    cmd = [rpi4.toolchain.cc, *rpi4.toolchain.cflags, "-dM", "-E", "-x", "c", "/dev/null"]
+    assert "__ARM_FEATURE_DOTPROD" not in subprocess.run(cmd, capture_output=True, text=True).stdout
