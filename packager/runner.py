@@ -313,8 +313,10 @@ def run_local(
             remove_quietly(work)
 
 
-def selftest_local(bundle: Path, board: Board, log=None) -> subprocess.CompletedProcess:
-    exe = build(Path(bundle), board, log)
+def selftest_local(
+    bundle: Path, board: Board, log=None, digests: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    exe = build(Path(bundle), board, log, digests)
     return subprocess.run([str(exe), str(bundle), "--selftest"], capture_output=True, text=True)
 
 

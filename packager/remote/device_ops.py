@@ -44,9 +44,13 @@ class Prepared:
     digests: dict[str, str]
 
 
-def prepare(bundle: Path, board: Board, log=None) -> Prepared:
+def prepare(
+    bundle: Path, board: Board, log=None, digests: dict[str, str] | None = None
+) -> Prepared:
     """Cross-compile on the host (unless the board builds on the device) and list what to
-    upload: the manifest's files, manifest.json and, when cross-compiled, run_bundle."""
+    upload: the manifest's files, manifest.json and, when cross-compiled, run_bundle.
+    ``digests``: runner.file_digests(bundle), when the caller has just computed them (a
+    large params.bin is then hashed once, not once per step)."""
     from ..runner import build
 
     bundle = Path(bundle)
@@ -59,9 +63,10 @@ def prepare(bundle: Path, board: Board, log=None) -> Prepared:
         raise RemoteError(f"{bundle}: bundle file {missing[0]} is missing; build it again")
     on_device = board.toolchain.build_on_device
     if not on_device:
-        files[EXE] = build(bundle, board, log)
-    digests = {rel: transfer.sha256_file(p) for rel, p in files.items()}
-    return Prepared(bundle, name, files, on_device, digests)
+        files[EXE] = build(bundle, board, log, digests)
+    known = digests or {}
+    hashes = {rel: known.get(rel) or transfer.sha256_file(p) for rel, p in files.items()}
+    return Prepared(bundle, name, files, on_device, hashes)
 
 
 def remote_name(bundle: Path) -> str:

@@ -46,8 +46,8 @@ class LocalTarget:
         return Result(code, r.stdout, r.stderr, 0.0)
 
     def deploy(self, bundle: Path, verify=True) -> tuple[list[DeployLine], list[str]]:
-        _check_bundle(bundle, self.board, verify=verify)
-        r = runner.selftest_local(bundle, self.board, self.log)
+        digests = _check_bundle(bundle, self.board, verify=verify)
+        r = runner.selftest_local(bundle, self.board, self.log, digests)
         line = DeployLine("local", f"built in {bundle}/build; {_selftest_word(r)}", True)
         line.selftest_failed = r.returncode != 0
         return [line], []
@@ -55,8 +55,8 @@ class LocalTarget:
     def bench(self, bundles: list[Path], repeat: int, timeout_s=None, verify=True):
         rows = []
         for b in bundles:
-            _check_bundle(b, self.board, verify=verify)
-            exe = runner.build(b, self.board, self.log)
+            digests = _check_bundle(b, self.board, verify=verify)
+            exe = runner.build(b, self.board, self.log, digests)
             cmd = [str(exe), str(b), "--selftest", "--repeat", str(repeat)]
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
             if r.returncode != 0:
@@ -86,8 +86,8 @@ class RemoteTarget:
     def run(
         self, bundle: Path, inputs, output_dir, repeat=0, timeout_s=None, verify=True, extra=()
     ) -> Result:
-        _check_bundle(bundle, self.board, inputs, verify)
-        prepared = device_ops.prepare(bundle, self.board, self.log)
+        digests = _check_bundle(bundle, self.board, inputs, verify)
+        prepared = device_ops.prepare(bundle, self.board, self.log, digests)
 
         def job(s: Session, _):
             return device_ops.run(
@@ -97,8 +97,8 @@ class RemoteTarget:
         return self._one(pool.spread(self.sessions, [bundle], job, self.log))
 
     def deploy(self, bundle: Path, verify=True) -> tuple[list[DeployLine], list[str]]:
-        _check_bundle(bundle, self.board, verify=verify)
-        prepared = device_ops.prepare(bundle, self.board, self.log)
+        digests = _check_bundle(bundle, self.board, verify=verify)
+        prepared = device_ops.prepare(bundle, self.board, self.log, digests)
         report = pool.each_device(
             self.sessions, lambda s: device_ops.deploy(s, self.board, prepared), self.log
         )
@@ -106,9 +106,10 @@ class RemoteTarget:
         return [_deploy_line(o) for o in report.outcomes], report.summary()
 
     def bench(self, bundles: list[Path], repeat: int, timeout_s=None, verify=True):
-        for b in bundles:
-            _check_bundle(b, self.board, verify=verify)
-        jobs = [device_ops.prepare(b, self.board, self.log) for b in bundles]
+        jobs = [
+            device_ops.prepare(b, self.board, self.log, _check_bundle(b, self.board, verify=verify))
+            for b in bundles
+        ]
 
         def job(s: Session, prepared):
             return device_ops.bench(s, self.board, prepared, repeat, timeout_s, self.log)
