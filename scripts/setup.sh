@@ -10,9 +10,12 @@ command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need_apt+=(python3-venv)
 # Real boards in the tests: an SSH server, qemu-user to run ARM binaries, the cross
 # compilers (their libc is the sysroot that qemu-user -L points at); clang and its
-# libFuzzer runtime for the runtime's fuzzers (bench/fuzz.py, tests/test_fuzz.py).
+# libFuzzer runtime for the runtime's fuzzers (bench/fuzz.py, tests/test_fuzz.py); PoCL, the
+# CPU OpenCL implementation, with the ICD loader and headers (the host-opencl board, clinfo to
+# see what it reports).
 for pkg in openssh-server qemu-user gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf \
-  libc6-dev-arm64-cross libc6-dev-armhf-cross clang libclang-rt-14-dev; do
+  libc6-dev-arm64-cross libc6-dev-armhf-cross clang libclang-rt-14-dev \
+  pocl-opencl-icd ocl-icd-opencl-dev opencl-c-headers clinfo; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
