@@ -19,10 +19,14 @@ from .errors import PackagerError
 from .graph.ir import Graph, Node
 from .graph.memory import MemoryPlan
 from .ops.knobs import Config
+from .ops.opencl.generic import gpu_default_schedule
 from .ops.registry import ScheduleContext, get_op
 from .target import CpuTarget, Target
 from .te.alias import allow_alias
 from .te.schedule import default_schedule
+
+# The schedule of an op whose family has no template of its own.
+GENERIC = {"cpu": default_schedule, "opencl": gpu_default_schedule}
 
 
 @dataclass
@@ -107,7 +111,7 @@ def schedule_for(outs, anchor, target: Target | None = None, knobs: dict | None 
     op, attrs, tensor = anchor
     template = get_op(op).schedules.get(target.family) if op else None
     if template is None:
-        return default_schedule(outs, target)
+        return GENERIC[target.family](outs, target)
     return template(ScheduleContext(outs, tensor, attrs, Config(dict(knobs or {})), target))
 
 

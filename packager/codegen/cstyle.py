@@ -264,6 +264,8 @@ class Module:
         self.vec_types: dict[str, str | None] = {}
         self.functions: list[str] = []
         self.n_par = 0
+        # thread tag -> work-items launched along it (GPU languages; see thread_loop)
+        self.thread_extent: dict[str, int] = {}
 
     def restrict(self, buf: Buffer) -> str:
         return "" if buf in self.aliased or not self.lang.restrict else f" {self.lang.restrict}"
@@ -400,7 +402,15 @@ class Renderer(StmtVisitor):
         self.emit("{")
         self.depth += 1
         self.emit(f"const {self.ctype(INDEX)} {self.name(s.var)} = {start};")
-        self.visit(s.body)
+        launched = self.mod.thread_extent.get(s.thread_tag)
+        ext = s.extent.value if isinstance(s.extent, Const) else None
+        if launched is not None and ext is not None and ext < launched:
+            # the launch covers a longer loop bound to the same axis: idle the extra items
+            self.emit(f"if ({read} < {ext}) {{")
+            self.block(s.body)
+            self.emit("}")
+        else:
+            self.visit(s.body)
         self.depth -= 1
         self.emit("}")
 
@@ -863,16 +873,33 @@ def _vector_expr(e: Expr, s: For, simp: Simplifier) -> bool:
 
 def render(func: PrimFunc, lang: Lang) -> str:
     """One translation unit in ``lang`` holding the kernel ``func`` (and what it needs)."""
-    mod = Module(lang, frozenset(func.params[k] for k in func.may_alias))
-    r = Renderer(mod, func.name, {}, lang.kernel_fail, Simplifier())
-    head = lang.kernel_head(r, func)
-    r.visit(func.body)
-    if lang.kernel_return:
-        r.emit(lang.kernel_return)
+    return render_functions([func], lang)
+
+
+def render_functions(funcs: list[PrimFunc], lang: Lang, thread_extents=None) -> str:
+    """One translation unit in ``lang`` holding every kernel of ``funcs``, in order, with
+    the helpers and vector types they use declared once. ``thread_extents(func)``: each
+    thread tag's launch extent (GPU languages), so shorter bound loops are guarded."""
+    mod = Module(lang)
+    kernels = []
+    for func in funcs:
+        mod.aliased = frozenset(func.params[k] for k in func.may_alias)
+        mod.thread_extent = thread_extents(func) if thread_extents else {}
+        r = Renderer(mod, func.name, {}, lang.kernel_fail, Simplifier())
+        head = lang.kernel_head(r, func)
+        r.visit(func.body)
+        if lang.kernel_return:
+            r.emit(lang.kernel_return)
+        # the functions it outlined (C's parallel loops) go before it
+        kernels.append((len(mod.functions), "\n".join([head, *r.lines, "}"])))
     parts = [lang.prelude, ""]
     decls = mod.declarations()
     if decls:
         parts += [*decls, ""]
-    for f in mod.functions:
-        parts += [f, ""]
-    return "\n".join([*parts, head, *r.lines, "}"]) + "\n"
+    done = 0
+    for end, text in kernels:
+        for f in mod.functions[done:end]:
+            parts += [f, ""]
+        done = end
+        parts += [text, ""]
+    return "\n".join(parts[:-1]) + "\n"

@@ -1,0 +1,2 @@
+"""Schedule templates for OpenCL GPUs (one module per op family) and the generic GPU
+schedule every op without a template gets."""
