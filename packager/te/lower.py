@@ -235,7 +235,8 @@ class _Lowering:
                 ranging = {x.var: (0, nest.ext[x] - 1) for x in leaves[k + 1 :]}
                 region = infer_region(exprs, prod.tensor, ranging, self.simp)
                 shape = tuple(e for _, e in region)
-                buf = self._bind(prod.tensor, tuple(b for b, _ in region), shape, "local")
+                scope = "shared" if prod.scope == "shared" else "local"
+                buf = self._bind(prod.tensor, tuple(b for b, _ in region), shape, scope)
                 nests, bufs = out.setdefault(id(iv), ([], []))
                 nests.append(self.stage_nest(prod, region))
                 bufs.append(buf)
@@ -351,9 +352,10 @@ class _Hoist(StmtMutator):
 
     def __init__(self) -> None:
         self.lifted: list[Buffer] = []
+        self.shared: list[Buffer] = []  # work-group memory: declared at the kernel's top
 
     def visit_Allocate(self, s: Allocate) -> Stmt:
-        self.lifted.append(s.buffer)
+        (self.shared if s.buffer.scope == "shared" else self.lifted).append(s.buffer)
         return self.visit(s.body)
 
     def visit_For(self, s: For) -> Stmt:
@@ -370,7 +372,7 @@ def _hoist_allocations(s: Stmt | None) -> Stmt | None:
         return s
     hoist = _Hoist()
     body = hoist.visit(s)
-    return _allocate(hoist.lifted, body)
+    return _allocate(hoist.shared + hoist.lifted, body)
 
 
 def _allocate(bufs: list[Buffer], body: Stmt) -> Stmt:

@@ -15,7 +15,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..target import CpuTarget
-from .expr import ComputeOp, Const, IterVar, Load, Tensor, Var, distinct
+from .expr import (
+    ComputeOp,
+    Const,
+    IterVar,
+    Load,
+    Reduce,
+    Tensor,
+    Var,
+    compute,
+    distinct,
+    rewrite,
+    substitute,
+)
 
 
 @dataclass(eq=False)
@@ -47,6 +59,7 @@ class Stage:
     iter_attrs: dict = field(default_factory=dict)  # IterVar -> loop kind
     thread_tags: dict = field(default_factory=dict)  # IterVar -> "blockIdx.x" ...
     attach_type: str = "root"  # root | inline | scope
+    scope: str = "global"  # where a stage computed at another lives: local | shared
     attach_stage: Stage | None = None
     attach_ivar: IterVar | None = None
 
@@ -186,6 +199,58 @@ class Schedule:
 
     def stage_of(self, t: Tensor) -> Stage | None:
         return self._by_op.get(id(t.op))
+
+    def _insert_before(self, st: Stage, new: Stage) -> None:
+        self.stages.insert(self.stages.index(st), new)
+        self._by_op[id(new.op)] = new
+
+    def cache_write(self, t: Tensor, scope: str) -> Tensor:
+        """Compute ``t`` into a ``scope`` buffer first (a reduction's accumulators in
+        registers, ``local``), then copy it out: ``t``'s stage becomes the copy and the
+        returned tensor's new stage holds the computation (place it with compute_at).
+        Call it before any other primitive on ``t``'s stage."""
+        st = self[t]
+        if st.relations or st.iter_attrs or st.leaf_iter_vars != _initial_leaves(st.op):
+            raise ValueError(f"cache_write on {st.name}: call it before other primitives")
+        op = st.op
+        axis = tuple(IterVar(Var(f"{iv.name}_c"), iv.extent) for iv in op.axis)
+        body = substitute_body(op.body, {o.var: n.var for o, n in zip(op.axis, axis, strict=True)})
+        cache = Tensor(t.shape, t.dtype, ComputeOp(f"{op.name}_{scope}", axis, body, op.tag))
+        op.body = Load(cache, tuple(iv.var for iv in op.axis))
+        st.leaf_iter_vars = list(op.axis)
+        new = Stage(cache, scope=scope)
+        self._insert_before(st, new)
+        return cache
+
+    def cache_read(self, t: Tensor, scope: str, readers: list[Tensor]) -> Tensor:
+        """A ``scope`` copy of ``t`` (``shared``: one per work-group, fetched by its
+        work-items together) that ``readers`` load instead of ``t``; place its stage with
+        compute_at in a reader (bound inference sizes it to the region read there)."""
+        axis_name = t.name
+        cache = compute(t.shape, lambda *i: t[i], name=f"{axis_name}_{scope}")
+        for r in readers:
+            rop = self[r].op
+            rop.body = rewrite(
+                rop.body,
+                lambda n: Load(cache, n.indices) if isinstance(n, Load) and n.tensor is t else n,
+            )
+        first = min((self.stages.index(self[r]) for r in readers), default=len(self.stages))
+        new = Stage(cache, scope=scope)
+        self.stages.insert(first, new)
+        self._by_op[id(cache.op)] = new
+        return cache
+
+
+def _initial_leaves(op: ComputeOp) -> list[IterVar]:
+    return list(op.axis) + list(op.reduce_axis)
+
+
+def substitute_body(body, mapping: dict):
+    """``body`` (an expression or a Reduce) with variables replaced per ``mapping``."""
+    if isinstance(body, Reduce):
+        where = substitute(body.where, mapping) if body.where is not None else None
+        return Reduce(body.combiner, substitute(body.body, mapping), body.axes, where)
+    return substitute(body, mapping)
 
 
 def _post_order(outputs: list[Tensor]) -> list[Tensor]:
