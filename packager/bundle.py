@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__, resources
+from .codegen.opencl import render_program
 from .errors import PackagerError
 from .graph.ir import Graph, np_dtype
 from .graph.memory import MemoryPlan
@@ -32,8 +33,12 @@ C_RUNTIME = resources.c_runtime()
 RUNTIME_PARTS = ("include", "src", "tools", "CMakeLists.txt")
 
 
-def graph_json(graph: Graph, funcs: list[str], plan: MemoryPlan) -> dict:
-    """The graph.json document: nodes in execution order, entries, storage plan."""
+def graph_json(
+    graph: Graph, funcs: list[str], plan: MemoryPlan, devices: dict[str, str] | None = None
+) -> dict:
+    """The graph.json document: nodes in execution order, entries, storage plan.
+    ``devices``: function -> the device it runs on, where that is not the CPU."""
+    devices = devices or {}
     nodes, row_ptr, entry_of = [], [0], {}
     shapes, dtypes = [], []
 
@@ -60,6 +65,8 @@ def graph_json(graph: Graph, funcs: list[str], plan: MemoryPlan) -> dict:
             "inputs": ins,
             "num_outputs": len(node.outputs),
         }
+        if devices.get(func, "cpu") != "cpu":
+            doc["device"] = devices[func]
         if plan.inplace.get(k):  # outputs written over a dying input: [out_pos, in_pos]
             doc["inplace"] = [list(p) for p in plan.inplace[k]]
         add(doc, node.outputs)
@@ -82,27 +89,66 @@ def graph_json(graph: Graph, funcs: list[str], plan: MemoryPlan) -> dict:
     }
 
 
-def registry_source(kernels: list[Kernel]) -> str:
+def registry_source(kernels: list[Kernel], program: str = "") -> str:
     """kernels/registry.c: the kernel table sorted by name (the runtime bisects), each
-    function with its argument signature, ended by the {0, 0, 0} sentinel."""
-    by_name = sorted(kernels, key=lambda k: k.func)
+    function with its argument signature, ended by the {0, 0, 0} sentinel. With OpenCL
+    kernels, also their table (signature and work sizes) and ``program``, the OpenCL C
+    source of kernels/program.cl, as a string."""
+    by_name = sorted((k for k in kernels if k.device == "cpu"), key=lambda k: k.func)
     lines = ['#include "pk_kernel.h"', ""]
     lines += [f"int32_t {k.func}(void *const *args);" for k in by_name]
     lines += ["", "/* Sorted by name: the runtime looks functions up by bisection. */"]
     lines += ["const pk_kernel_entry pk_kernel_table[] = {"]
     lines += [f'    {{"{k.func}", {k.func}, "{" ".join(k.signature)}"}},' for k in by_name]
     lines += ["    {0, 0, 0},", "};", f"const int32_t pk_kernel_count = {len(by_name)};", ""]
+    gpu = sorted((k for k in kernels if k.device == "opencl"), key=lambda k: k.func)
+    if not gpu:
+        return "\n".join(lines)
+    lines += ["/* OpenCL kernels of kernels/program.cl: signature, global and local work sizes. */"]
+    lines += ["const pk_cl_kernel_entry pk_cl_kernel_table[] = {"]
+    for k in gpu:
+        g, loc = (", ".join(map(str, x)) for x in (k.launch.global_size, k.launch.local_size))
+        lines.append(f'    {{"{k.func}", "{" ".join(k.signature)}", {{{g}}}, {{{loc}}}}},')
+    lines += ["    {0, 0, {0, 0, 0}, {0, 0, 0}},", "};"]
+    lines += [f"const int32_t pk_cl_kernel_count = {len(gpu)};", ""]
+    lines += ["const char pk_cl_program_source[] ="]
+    lines += [f"    {c_string(line + chr(10))}" for line in program.splitlines()]
+    lines += ["    ;", ""]
     return "\n".join(lines)
+
+
+def c_string(text: str) -> str:
+    """``text`` as a C string literal (ASCII; quotes, backslashes and control characters
+    escaped)."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif " " <= ch <= "~":
+            out.append(ch)
+        else:
+            out.append(f"\\{ord(ch):03o}")
+    return '"' + "".join(out) + '"'
+
+
+def opencl_program(kernels: list[Kernel]) -> str:
+    """kernels/program.cl: every OpenCL kernel, in one translation unit ("" if none)."""
+    prims = [k.prim for k in kernels if k.device == "opencl"]
+    return render_program(prims) if prims else ""
 
 
 def runtime_settings(compiled) -> str:
     """bundle.cmake: the runtime's build settings from the board profile."""
     pins = ",".join(str(c) for c in compiled.pin_cores)
+    opencl = any(k.device == "opencl" for k in compiled.kernels)
     return (
         "# Runtime settings from the board profile, read by CMakeLists.txt (and by the\n"
-        "# packager's own builds). PK_NUM_THREADS 1 builds without pthreads.\n"
+        "# packager's own builds). PK_NUM_THREADS 1 builds without pthreads; PK_OPENCL ON\n"
+        "# builds the OpenCL backend (the bundle has OpenCL kernels).\n"
         f"set(PK_NUM_THREADS {compiled.threads})\n"
-        f'set(PK_PIN_CORES "{pins}")\n'
+        f'set(PK_PIN_CORES "{pins}")\n' + ("set(PK_OPENCL ON)\n" if opencl else "")
     )
 
 
@@ -143,9 +189,14 @@ def write_bundle_files(
     graph, kernels = compiled.graph, compiled.kernels
     (root / "kernels").mkdir()
     for k in kernels:
-        (root / "kernels" / f"{k.func}.c").write_text(k.source)
-    (root / "kernels" / "registry.c").write_text(registry_source(kernels))
-    gj = graph_json(graph, compiled.funcs, compiled.plan)
+        if k.device == "cpu":
+            (root / "kernels" / f"{k.func}.c").write_text(k.source)
+    program = opencl_program(kernels)
+    if program:
+        (root / "kernels" / "program.cl").write_text(program)
+    (root / "kernels" / "registry.c").write_text(registry_source(kernels, program))
+    devices = {k.func: k.device for k in kernels if k.device != "cpu"}
+    gj = graph_json(graph, compiled.funcs, compiled.plan, devices)
     _write_json(root / "graph.json", gj)
     params = [
         (v.name, np.asarray(v.data, dtype=np_dtype(v.dtype), order="C")) for v in graph.consts()

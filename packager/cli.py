@@ -93,7 +93,9 @@ def inspect_plan(args) -> int:
     board = load_board(args.board)
     c = compile_model(load_model(args.model), board, input_shapes(args), args.model)
     if args.plan:
-        print(plan_report.render(c.graph, c.plan, c.funcs, len(c.kernels)))
+        gpu = board.opencl is not None
+        placement = {k.func: (k.device, k.cpu_reason) for k in c.kernels} if gpu else None
+        print(plan_report.render(c.graph, c.plan, c.funcs, len(c.kernels), placement))
     if args.plan_png:
         write_bytes_atomic(Path(args.plan_png), plan_report.plan_png(c.graph, c.plan))
         print(f"wrote {args.plan_png}")

@@ -9,12 +9,13 @@ templates its facts; without one, lowering uses the generic cpu target.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import te
 from .codegen.c import codegen_c
+from .codegen.opencl import GPU_DTYPES, Launch, check_kernel, codegen_opencl
 from .errors import PackagerError
 from .graph.ir import Graph, Node
 from .graph.memory import MemoryPlan
@@ -23,6 +24,7 @@ from .ops.opencl.generic import gpu_default_schedule
 from .ops.registry import ScheduleContext, get_op
 from .target import CpuTarget, Target
 from .te.alias import allow_alias
+from .te.ir import PrimFunc
 from .te.schedule import default_schedule
 
 # The schedule of an op whose family has no template of its own.
@@ -31,12 +33,17 @@ GENERIC = {"cpu": default_schedule, "opencl": gpu_default_schedule}
 
 @dataclass
 class Kernel:
-    func: str  # C function name
-    source: str  # the translation unit
+    func: str  # function name
+    source: str  # the translation unit (C; for opencl, the kernel alone in OpenCL C)
     op: str
     # One "dtype[d0,d1,...]" per argument (inputs, then outputs): the runtime checks every
     # node calling the function against it (docs/bundle-format.md, Kernels).
     signature: tuple[str, ...] = ()
+    device: str = "cpu"  # the family it runs on: cpu | opencl
+    launch: Launch | None = None  # opencl: work sizes
+    prim: PrimFunc | None = field(default=None, repr=False, compare=False)
+    # Why a node that could have run on the board's GPU runs on the CPU ("" otherwise).
+    cpu_reason: str = ""
 
 
 def arg_signature(shape, dtype: str) -> str:
@@ -129,7 +136,42 @@ def lower_node(
         raise PackagerError(f"node '{node.source}' ({node.op}): lowering failed: {e}") from e
     values = [graph.values[n] for n in [*node.inputs, *node.outputs]]
     signature = tuple(arg_signature(v.shape, v.dtype) for v in values)
-    return Kernel(func, codegen_c(prim), node.op, signature)
+    if target is None or target.family == "cpu":
+        return Kernel(func, codegen_c(prim), node.op, signature, prim=prim)
+    try:
+        launch = check_kernel(prim, target)
+        source = codegen_opencl(prim)
+    except PackagerError as e:
+        raise PackagerError(f"node '{node.source}' ({node.op}): {e}") from e
+    return Kernel(func, source, node.op, signature, "opencl", launch, prim)
+
+
+def gpu_obstacle(node: Node, graph: Graph) -> str:
+    """Why the node cannot run on a GPU whatever its schedule ("" when it can)."""
+    for n in [*node.inputs, *node.outputs]:
+        if graph.values[n].dtype not in GPU_DTYPES:
+            return f"{graph.values[n].dtype} has no GPU kernels"
+    return ""
+
+
+def place_node(node, graph, func, targets, inplace=(), knobs=None) -> Kernel:
+    """The node's kernel on the first of ``targets`` (the GPU first when the board has
+    one) whose lowering takes it; a node the GPU cannot take runs on the CPU, with the
+    reason recorded in the kernel. ``knobs`` are the CPU's (tuning records of GPU
+    schedules do not exist yet: the GPU takes its templates' defaults)."""
+    *gpus, cpu = targets
+    reason = ""
+    for gpu in gpus:
+        reason = gpu_obstacle(node, graph)
+        if reason:
+            break
+        try:
+            return lower_node(node, graph, func, gpu, inplace)
+        except (PackagerError, ValueError, NotImplementedError, TypeError) as e:
+            reason = str(e)  # a template or the GPU check refused the node
+    kernel = lower_node(node, graph, func, cpu, inplace, knobs)
+    kernel.cpu_reason = reason
+    return kernel
 
 
 def lower_graph(
@@ -138,19 +180,22 @@ def lower_graph(
     target: Target | None = None,
     progress=None,
     knobs_for=None,
+    gpu: Target | None = None,
 ) -> tuple[list[Kernel], list[str]]:
     """Kernels (unique) and, per node, the name of the function it calls. ``knobs_for(key,
-    node, graph, inplace)``: tuned knobs for a kernel, or None for the template's defaults."""
+    node, graph, inplace)``: tuned knobs for a kernel, or None for the template's defaults.
+    With a ``gpu`` target each node runs there when it can, else on ``target``."""
     by_key: dict[str, Kernel] = {}
     funcs: list[str] = []
     inplace = plan.inplace if plan else {}
+    targets = [t for t in (gpu, target or CpuTarget()) if t is not None]
     for k, node in enumerate(graph.nodes):
         key = kernel_key(node, graph, inplace.get(k, ()))
         if key not in by_key:
             name = f"k_{len(by_key)}_{_label(node)}"
             pairs = inplace.get(k, ())
             knobs = knobs_for(key, node, graph, pairs) if knobs_for else None
-            by_key[key] = lower_node(node, graph, name, target, pairs, knobs)
+            by_key[key] = place_node(node, graph, name, targets, pairs, knobs)
         funcs.append(by_key[key].func)
         if progress:
             progress(k + 1, len(graph.nodes))

@@ -74,8 +74,11 @@ def compile_model(
     say = log or (lambda msg: None)
     t0 = time.perf_counter()
     graph, plan = prepare_graph(model, board, input_shapes, path, disabled_passes, say)
+    gpu = Target.opencl(board) if board is not None and board.opencl is not None else None
     if conv_algorithm is not None:
         pick = conv_algorithms.forced(conv_algorithm)
+    elif gpu is not None:  # the GPU schedules are direct convolutions
+        pick = conv_algorithms.forced(conv_algorithms.DIRECT)
     elif tuning is not None:
         pick = tuning.pick_algorithm(plan)
     else:
@@ -90,11 +93,23 @@ def compile_model(
         target=target,
         progress=_progress(say, "lowering"),
         knobs_for=tuning.knobs_for if tuning else None,
+        gpu=gpu,
     )
     for line in tuning.report() if tuning else []:
         say(line)  # never silent about which kernels fell back to defaults
     say(f"generated {len(kernels)} kernels ({time.perf_counter() - t0:.1f}s)")
+    if gpu is not None:
+        say(placement_summary(kernels, funcs))
     return Compiled(graph, plan, kernels, funcs, target.cores, target.big_cores)
+
+
+def placement_summary(kernels: list[Kernel], funcs: list[str]) -> str:
+    """How many kernel calls run on the GPU, and the ops of those that do not."""
+    device = {k.func: k.device for k in kernels}
+    on_gpu = sum(device[f] == "opencl" for f in funcs)
+    cpu_ops = sorted({k.op for k in kernels if k.device == "cpu"})
+    tail = f"; on the CPU: {', '.join(cpu_ops)}" if cpu_ops else ""
+    return f"{on_gpu} of {len(funcs)} kernel calls run on the GPU (OpenCL){tail}"
 
 
 def memory_bytes(board: Board) -> int | None:

@@ -96,9 +96,18 @@ def _ratio(a: int, b: int) -> str:
     return f"{a / b:.3f}" if b else "-"
 
 
-def render(graph: Graph, plan: MemoryPlan, funcs: list[str], num_kernels: int) -> str:
-    """The text ``packager inspect --plan`` prints."""
-    kernels = table(["step", "kernel", "ops", "inputs", "outputs"], kernel_rows(graph, funcs), {0})
+def render(
+    graph: Graph, plan: MemoryPlan, funcs: list[str], num_kernels: int, placement=None
+) -> str:
+    """The text ``packager inspect --plan`` prints. ``placement``: function -> (device,
+    why it is not on the GPU) for a board with a GPU: a device column, and the reasons."""
+    rows = kernel_rows(graph, funcs)
+    headers = ["step", "kernel", "ops", "inputs", "outputs"]
+    if placement:
+        headers.insert(2, "device")
+        for row, func in zip(rows, funcs, strict=True):
+            row.insert(2, placement[func][0])
+    kernels = table(headers, rows, {0})
     memory = table(
         ["#", "tensor", "bytes", "offset", "first", "last", "storage"],
         memory_rows(graph, plan),
@@ -107,7 +116,20 @@ def render(graph: Graph, plan: MemoryPlan, funcs: list[str], num_kernels: int) -
     stats = plan_stats(graph, plan, num_kernels)
     parts = ["kernels:", kernels, "", "memory plan (arena tensors; steps are kernel calls):"]
     parts += [memory, "", *totals(stats)]
+    if placement:
+        parts += ["", *placement_lines(funcs, placement)]
     return "\n".join(parts)
+
+
+def placement_lines(funcs: list[str], placement: dict) -> list[str]:
+    """How many kernel calls run on the GPU, and why each CPU kernel is not there."""
+    on_gpu = sum(placement[f][0] != "cpu" for f in funcs)
+    out = [f"on the GPU: {on_gpu} of {len(funcs)} kernel calls"]
+    for func in dict.fromkeys(funcs):
+        device, why = placement[func]
+        if device == "cpu":
+            out.append(f"  {func} runs on the CPU: {why or 'no GPU schedule'}")
+    return out
 
 
 def plan_png(graph: Graph, plan: MemoryPlan) -> bytes:
