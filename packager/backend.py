@@ -55,10 +55,15 @@ class PackagerBackend(Backend):
         device: str = "CPU",
         input_shapes=None,
         conv_algorithm: str | None = None,
+        board=None,
         **kwargs,
     ) -> PackagerRep:
+        """``board``: a boards.Board to compile for (default: the host); one with an
+        opencl section runs its kernels on this machine's OpenCL device."""
         super().prepare(model, device, **kwargs)
-        compiled = compile_model(model, input_shapes=input_shapes, conv_algorithm=conv_algorithm)
+        compiled = compile_model(
+            model, board, input_shapes=input_shapes, conv_algorithm=conv_algorithm
+        )
         tmp = tempfile.TemporaryDirectory(prefix="packager-backend-")
         bundle = Path(tmp.name) / "bundle"
         bundle.mkdir()

@@ -9,10 +9,17 @@ from packager.backend import PackagerBackend
 
 
 def run_model(
-    model: onnx.ModelProto, feeds: dict[str, np.ndarray], shapes=None, conv_algorithm=None
+    model: onnx.ModelProto,
+    feeds: dict[str, np.ndarray],
+    shapes=None,
+    conv_algorithm=None,
+    board=None,
 ) -> list[np.ndarray]:
-    """Package ``model``, build it with the compiler directly, run it, return its outputs."""
-    rep = PackagerBackend.prepare(model, input_shapes=shapes, conv_algorithm=conv_algorithm)
+    """Package ``model`` (for ``board``, default the host), build it with the compiler
+    directly, run it, return its outputs."""
+    rep = PackagerBackend.prepare(
+        model, input_shapes=shapes, conv_algorithm=conv_algorithm, board=board
+    )
     return list(rep.run(feeds))
 
 
