@@ -595,7 +595,7 @@ static const pk_cl_kernel_entry* find_cl_kernel(const char* name) {
 
 /* Each kernel node's function, from the table of its device, checked against its signature. */
 static pk_status resolve_kernels(pk_graph* g) {
-    int sorted;
+    int sorted = 0;
     pk_status s = check_kernel_table(&sorted);
 #ifdef PK_OPENCL
     if (!s) s = check_cl_kernel_table();
