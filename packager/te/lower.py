@@ -212,7 +212,6 @@ class _Lowering:
         for _, g in guards:
             k = max((pos[v] for v in _vars(g) if v in pos), default=-1)
             at.setdefault(k, []).append(g)
-        body = _guard(at.get(len(leaves) - 1, []), body)
         for k in range(len(leaves) - 1, -1, -1):
             iv = leaves[k]
             if attach and id(iv) in allocs:
@@ -220,10 +219,12 @@ class _Lowering:
                 body = seq(*prod_nests, body)
                 for b in bufs:
                     body = Allocate(b, body)
+            # outside the producers: an iteration past a split's tail computes nothing
+            # (its producers would read outside their inputs)
+            body = _guard(at.get(k, []), body)
             kind = st.iter_attrs.get(iv, "serial")
             body = For(iv.var, _ic(0), _ic(nest.ext[iv]), kind, body, st.thread_tags.get(iv, ""))
-            body = _guard(at.get(k - 1, []), body)
-        return body
+        return _guard(at.get(-1, []), body)
 
     def _attach_producers(self, st: Stage, nest: _Nest, exprs: list) -> dict:
         """Lower the stages computed at this stage's leaves: {leaf id: (nests, bufs)}."""
