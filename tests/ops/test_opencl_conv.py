@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from packager import te
 from packager.ops.knobs import Config
 from packager.ops.opencl.conv import schedule_conv2d_nchwc_opencl, schedule_depthwise_opencl
-from packager import te
 from packager.ops.registry import ScheduleContext, get_op
 
 from .opencl_harness import MALI, assert_close, epilogue, run_opencl

@@ -85,7 +85,7 @@ def bind_groups(st, cfg, target: OpenCLTarget, outer: list, xy: tuple | None = N
     shape = cfg.define("group_shape", ("flat", "xy"), "flat") if xy else "flat"
     if shape == "flat":
         fused = st.fuse(*outer) if len(outer) > 1 else outer[0]
-        bo, ti = st.split(fused, group_size(fused.extent, target, want))
+        bo, ti = st.split(fused, whole_groups(fused.extent, group_size(fused.extent, target, want)))
         st.bind(bo, "blockIdx.x")
         st.bind(ti, "threadIdx.x")
         return ti
@@ -105,6 +105,13 @@ def bind_groups(st, cfg, target: OpenCLTarget, outer: list, xy: tuple | None = N
     st.bind(iy, "threadIdx.y")
     st.bind(ix, "threadIdx.x")
     return ix
+
+
+def whole_groups(total: int, size: int) -> int:
+    """A group size dividing ``total`` between size/2 and size when there is one: no
+    work-item past the end, whose accumulation (outside the guard on the store) would
+    read past the inputs; else ``size``."""
+    return next((d for d in range(size, size // 2, -1) if total % d == 0), size)
 
 
 def vector_tail(st, iv, vec: int):
