@@ -84,6 +84,7 @@ def test_conv2d_nchwc_template_knobs(knobs):
         "conv2d_nchwc", {"pads": [1, 1, 1, 1]}, inputs, post=epilogue("relu"), knobs=knobs
     )
     assert_close(res)
+    assert "conv_nchwc_local[" in res.source
     if knobs.get("vector") == 1:
         assert "vload" not in res.source
     if knobs.get("vector") == 2:
