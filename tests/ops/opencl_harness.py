@@ -11,8 +11,8 @@ from packager import te
 from packager.boards import load_board
 from packager.codegen.opencl import Launch, check_kernel, codegen_opencl
 from packager.lowering import schedule_for
-from packager.ops.registry import get_op
 from packager.opencl_local import device
+from packager.ops.registry import get_op
 from packager.target import Target
 from packager.te.evaluator import evaluate
 from packager.te.passes import insert_barriers

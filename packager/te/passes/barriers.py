@@ -42,16 +42,12 @@ def _const(e) -> int | None:
 
 
 def _shared_stores(s: Stmt) -> set:
-    return {
-        x.buffer for x in walk_stmts(s) if isinstance(x, Store) and x.buffer.scope == "shared"
-    }
+    return {x.buffer for x in walk_stmts(s) if isinstance(x, Store) and x.buffer.scope == "shared"}
 
 
 def _shared_loads(s: Stmt) -> set:
     return {
-        e.buffer
-        for e in walk_exprs(s)
-        if isinstance(e, BufferLoad) and e.buffer.scope == "shared"
+        e.buffer for e in walk_exprs(s) if isinstance(e, BufferLoad) and e.buffer.scope == "shared"
     }
 
 
