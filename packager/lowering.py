@@ -25,6 +25,7 @@ from .ops.registry import ScheduleContext, get_op
 from .target import CpuTarget, Target
 from .te.alias import allow_alias
 from .te.ir import PrimFunc
+from .te.passes import insert_barriers
 from .te.schedule import default_schedule
 
 # The schedule of an op whose family has no template of its own.
@@ -134,6 +135,8 @@ def lower_node(
         prim = allow_alias(te.lower(sch, args + outs, func), inplace, len(args))
     except Exception as e:
         raise PackagerError(f"node '{node.source}' ({node.op}): lowering failed: {e}") from e
+    if target is not None and target.family == "opencl":  # work-groups share local memory
+        prim = insert_barriers(prim)
     values = [graph.values[n] for n in [*node.inputs, *node.outputs]]
     signature = tuple(arg_signature(v.shape, v.dtype) for v in values)
     if target is None or target.family == "cpu":

@@ -227,14 +227,27 @@ class _Lowering:
         return _guard(at.get(-1, []), body)
 
     def _attach_producers(self, st: Stage, nest: _Nest, exprs: list) -> dict:
-        """Lower the stages computed at this stage's leaves: {leaf id: (nests, bufs)}."""
+        """Lower the stages computed at this stage's leaves: {leaf id: (nests, bufs)}.
+        A producer may also be read by stages computed after it at the same leaf (a
+        softmax row's max, read by its sum and by the outputs): its region then covers
+        their reads too, so regions are inferred last stage first."""
         out: dict = {}
         leaves = st.leaf_iter_vars
         for k, iv in enumerate(leaves):
-            for prod in self.attached.get(id(iv), []):
-                self._check_single_consumer(prod, st)
-                ranging = {x.var: (0, nest.ext[x] - 1) for x in leaves[k + 1 :]}
-                region = infer_region(exprs, prod.tensor, ranging, self.simp)
+            prods = self.attached.get(id(iv), [])
+            ranging = {x.var: (0, nest.ext[x] - 1) for x in leaves[k + 1 :]}
+            regions: dict = {}
+            readers: list = list(exprs)  # what each earlier producer's region must cover
+            for j in range(len(prods) - 1, -1, -1):
+                prod = prods[j]
+                self._check_single_consumer(prod, st, prods[j + 1 :])
+                regions[j] = infer_region(readers, prod.tensor, ranging, self.simp)
+                pnest = _Nest(prod, regions[j])
+                for x in prod.leaf_iter_vars:
+                    ranging[x.var] = self.ranges[x.var] = (0, pnest.ext[x] - 1)
+                readers.append(substitute(self.body_of(prod), pnest.var_map))
+            for j, prod in enumerate(prods):
+                region = regions[j]
                 shape = tuple(e for _, e in region)
                 scope = "shared" if prod.scope == "shared" else "local"
                 buf = self._bind(prod.tensor, tuple(b for b, _ in region), shape, scope)
@@ -243,9 +256,9 @@ class _Lowering:
                 bufs.append(buf)
         return out
 
-    def _check_single_consumer(self, prod: Stage, consumer: Stage) -> None:
+    def _check_single_consumer(self, prod: Stage, consumer: Stage, siblings=()) -> None:
         for st in self.sch.stages:
-            if st is consumer or st.attach_type == "inline":
+            if st is consumer or st.attach_type == "inline" or any(st is s for s in siblings):
                 continue
             if any(t is prod.tensor for t in input_tensors(self.body_of(st))):
                 raise NotImplementedError(

@@ -16,6 +16,7 @@ from packager.ops.opencl.generic import gpu_default_schedule
 from packager.ops.registry import get_op
 from packager.target import OpenCLTarget
 from packager.te.evaluator import evaluate
+from packager.te.passes import insert_barriers
 
 # The rk3399's Mali-T860 as its profile describes it: the limits templates must respect.
 MALI = OpenCLTarget(
@@ -58,7 +59,7 @@ def run_opencl(op, attrs, inputs, post=None, knobs=None, target=MALI, generic=Fa
         sch = gpu_default_schedule(outs, target)
     else:
         sch = schedule_for(outs, (op, attrs, anchor), target, knobs)
-    func = te.lower(sch, args + outs, "k_test")
+    func = insert_barriers(te.lower(sch, args + outs, "k_test"))
     launch = check_kernel(func, target)
     source = codegen_opencl(func)
     arrays = [feeds[a] for a in args] + [np.zeros(o.shape, o.dtype) for o in outs]

@@ -296,3 +296,22 @@ def test_vectorized_reduction_axis_is_not_ivdep():
     (r,), src = run(s, [A, R], "k_vr", [a])
     np.testing.assert_allclose(r, a.sum(1, dtype=np.float64), rtol=1e-5, atol=1e-6)
     assert "ivdep" not in src
+
+
+def test_a_producer_also_read_by_a_later_stage_computed_at_the_same_leaf():
+    """A row's max is read by the row's sum of exp and by its outputs: both statistics
+    are computed inside the row's loop, the max first."""
+    X = te.placeholder((4, 16), name="X")
+    k1, k2 = te.reduce_axis(16, "k1"), te.reduce_axis(16, "k2")
+    m = te.compute((4,), lambda i: te.max_reduce(X[i, k1], k1), name="m")
+    s = te.compute((4,), lambda i: te.sum(te.call("exp", X[i, k2] - m[i]), k2), name="s")
+    out = te.compute((4, 16), lambda i, j: te.call("exp", X[i, j] - m[i]) / s[i], name="out")
+    sch = te.create_schedule([out])
+    row = sch[out].op.axis[0]
+    sch[m].compute_at(sch[out], row)
+    sch[s].compute_at(sch[out], row)
+    x = np.random.default_rng(3).standard_normal((4, 16)).astype(np.float32)
+    (got,), src = run(sch, [X, out], "k_rows", [x])
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=1e-5)
+    assert "float m[1];" in src and "float s[1];" in src  # one row's statistics at a time
