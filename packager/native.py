@@ -70,6 +70,17 @@ def thread_flags(bundle: Path) -> list[str]:
     ]
 
 
+def opencl_enabled(bundle: Path) -> bool:
+    """Whether bundle.cmake asks for the runtime's OpenCL backend (``set(PK_OPENCL ON)``)."""
+    path = bundle / "bundle.cmake"
+    return path.exists() and re.search(r"set\(PK_OPENCL ON\)", path.read_text()) is not None
+
+
+def opencl_flags(bundle: Path) -> list[str]:
+    """The defines CMakeLists.txt adds for an OpenCL bundle."""
+    return ["-DPK_OPENCL", "-DCL_TARGET_OPENCL_VERSION=120"] if opencl_enabled(bundle) else []
+
+
 def build_run_bundle(bundle: Path, cc: str = "cc", cflags=CFLAGS, jobs: int | None = None) -> Path:
     """Compile the bundle's kernels and runtime and link ``bundle/build/run_bundle``."""
     rt = bundle / "runtime"
@@ -77,15 +88,17 @@ def build_run_bundle(bundle: Path, cc: str = "cc", cflags=CFLAGS, jobs: int | No
     salt = _headers_digest(includes)
     sources = sorted((bundle / "kernels").glob("*.c")) + sorted((rt / "src").glob("*.c"))
     sources += sorted((rt / "tools").glob("*.c"))
-    flags = list(cflags) + thread_flags(bundle)
+    libs = ["-lm", "-lpthread"]
+    if opencl_enabled(bundle):
+        sources += sorted((rt / "src" / "backends").glob("*.c"))
+        libs.insert(0, "-lOpenCL")
+    flags = list(cflags) + thread_flags(bundle) + opencl_flags(bundle)
     with ThreadPoolExecutor(jobs or os.cpu_count() or 2) as pool:
         objs = list(pool.map(lambda s: compile_object(s, cc, flags, includes, salt), sources))
     out = bundle / "build"
     out.mkdir(exist_ok=True)
     exe = out / "run_bundle"
-    r = subprocess.run(
-        [cc, *map(str, objs), "-o", str(exe), "-lm", "-lpthread"], capture_output=True, text=True
-    )
+    r = subprocess.run([cc, *map(str, objs), "-o", str(exe), *libs], capture_output=True, text=True)
     if r.returncode != 0:
         raise PackagerError(f"{bundle}: link failed:\n{r.stderr[-3000:]}")
     return exe

@@ -32,6 +32,24 @@ typedef struct {
 extern const pk_kernel_entry pk_kernel_table[];
 extern const int32_t pk_kernel_count;
 
+/* An OpenCL kernel of kernels/program.cl (bundles with OpenCL kernels only): its name, its
+ * signature (as above) and its launch: global = work-items per dimension (a multiple of
+ * local), local all 0 = the driver chooses; unused dimensions are 1. Kernel argument k takes
+ * two OpenCL parameters: `__global T* NAME_base` (a cl_mem) and `const ulong NAME_off` (the
+ * element offset of the tensor in it). */
+typedef struct {
+    const char* name;
+    const char* signature;
+    uint32_t global[3];
+    uint32_t local[3];
+} pk_cl_kernel_entry;
+
+/* Defined by kernels/registry.c when the bundle has OpenCL kernels: sorted by name, then a
+ * {0, 0, {0, 0, 0}, {0, 0, 0}} sentinel at pk_cl_kernel_count; the program's source. */
+extern const pk_cl_kernel_entry pk_cl_kernel_table[];
+extern const int32_t pk_cl_kernel_count;
+extern const char pk_cl_program_source[];
+
 /* Calls body(ctx, i) for every i in [0, n), in any order and possibly concurrently:
  * iterations must be independent. */
 void pk_parallel_for(void (*body)(void* ctx, int64_t i), void* ctx, int64_t n);

@@ -29,7 +29,8 @@ typedef enum {
     PK_ERR_FORMAT, /* graph.json or params.bin is malformed or inconsistent */
     PK_ERR_NOMEM,  /* an allocation failed */
     PK_ERR_ARG,    /* a bad argument: index out of range, size mismatch, unset input */
-    PK_ERR_KERNEL  /* a kernel returned non-zero */
+    PK_ERR_KERNEL, /* a kernel returned non-zero */
+    PK_ERR_DEVICE  /* no OpenCL device, or an OpenCL call failed */
 } pk_status;
 
 /* Values equal the params.bin dtype codes. */
@@ -94,6 +95,10 @@ pk_status pk_graph_run_profiled(pk_graph* g, double (*clock_ms)(void), double* n
 int32_t pk_graph_num_nodes(const pk_graph* g);
 const char* pk_graph_node_name(const pk_graph* g, int32_t n);
 const char* pk_graph_node_func(const pk_graph* g, int32_t n);
+/* Where kernel node n runs: "cpu" or "opencl" (NULL for other nodes). */
+const char* pk_graph_node_device(const pk_graph* g, int32_t n);
+/* The OpenCL device's name, or NULL when the graph runs nothing on OpenCL. */
+const char* pk_graph_device_name(const pk_graph* g);
 /* Copies output i (bytes must equal its size) into dst. */
 pk_status pk_graph_get_output(const pk_graph* g, int32_t i, void* dst, size_t bytes);
 

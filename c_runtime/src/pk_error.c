@@ -5,7 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-static char pk_error_buf[512];
+static char pk_error_buf[1024]; /* room for a truncated OpenCL build log */
 
 pk_status pk_fail(pk_status s, const char* fmt, ...) {
     va_list ap;
@@ -21,7 +21,8 @@ const char* pk_last_error(void) {
 
 const char* pk_status_name(pk_status s) {
     static const char* const names[] = {"PK_OK",        "PK_ERR_IO",  "PK_ERR_FORMAT",
-                                        "PK_ERR_NOMEM", "PK_ERR_ARG", "PK_ERR_KERNEL"};
+                                        "PK_ERR_NOMEM", "PK_ERR_ARG", "PK_ERR_KERNEL",
+                                        "PK_ERR_DEVICE"};
     if ((int)s < 0 || (size_t)s >= sizeof names / sizeof names[0]) return "?";
     return names[s];
 }

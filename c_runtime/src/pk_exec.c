@@ -92,6 +92,12 @@ pk_status pk_graph_place(pk_graph* g, unsigned char* memory) {
 }
 
 void pk_graph_free_parts(pk_graph* g) {
+    if (g->dev) {
+        g->dev->free(g);
+        g->dev->release(g);
+    }
+    free(g->valid);
+    free(g->device_name);
     for (int32_t n = 0; g->nodes && n < g->num_nodes; n++) {
         free(g->nodes[n].name);
         free(g->nodes[n].func);
@@ -122,6 +128,25 @@ static int host_is_little_endian(void) {
     unsigned char b;
     memcpy(&b, &one, 1);
     return b == 1;
+}
+
+/* The device backend of a graph with device nodes: every entry starts valid on the host only,
+ * params on both (the backend uploads them once). */
+static pk_status attach_device(pk_graph* g, const void* params) {
+    g->params = params;
+    for (int32_t n = 0; n < g->num_nodes && !g->dev; n++) {
+#ifdef PK_OPENCL
+        if (g->nodes[n].device == PK_DEV_OPENCL) g->dev = &pk_opencl_backend;
+#endif
+    }
+    if (!g->dev) return PK_OK;
+    if (!(g->valid = malloc((size_t)g->num_entries + 1)))
+        return pk_fail(PK_ERR_NOMEM, "out of memory");
+    for (int32_t e = 0; e < g->num_entries; e++)
+        g->valid[e] = g->storage[g->entries[e].sid].kind == PK_ST_PARAM ? PK_ON_HOST | PK_ON_DEVICE
+                                                                        : PK_ON_HOST;
+    pk_status s = g->dev->init(g);
+    return s ? s : g->dev->alloc(g);
 }
 
 /* Takes ownership of own_params (may be NULL) whatever the outcome. */
@@ -160,6 +185,7 @@ static pk_status create(const char* json, size_t json_len, const void* params, s
                         g->memory_bytes);
     }
     if (!s) s = pk_graph_place(g, memory);
+    if (!s) s = attach_device(g, params);
     if (s) {
         pk_graph_destroy(g);
         return s;
@@ -282,11 +308,61 @@ pk_status pk_graph_set_input(pk_graph* g, int32_t i, const void* data, size_t by
                        g->nodes[en->node].name, en->bytes, bytes);
     if (bytes && !data) return pk_fail(PK_ERR_ARG, "set_input: data is NULL");
     if (bytes) memcpy(g->storage[en->sid].ptr, data, bytes);
+    if (g->valid) g->valid[g->input_entries[i]] = PK_ON_HOST;
     g->input_set[i] = 1;
     return PK_OK;
 }
 
-/* Runs every kernel in order; with a clock, adds each node's time to node_ms[n]. */
+/* The CPU backend: kernels read and write host memory directly, nothing to set up or copy. */
+static pk_status cpu_run(pk_graph* g, int32_t n, double* device_ms) {
+    const pk_node* node = &g->nodes[n];
+    int32_t rc = node->fn(node->args);
+    (void)device_ms;
+    if (rc != 0)
+        return pk_fail(PK_ERR_KERNEL, "run: node %d '%s' (func %s) failed with code %d", (int)n,
+                       node->name, node->func, (int)rc);
+    return PK_OK;
+}
+
+static pk_status cpu_nothing(pk_graph* g) {
+    (void)g;
+    return PK_OK;
+}
+
+static void cpu_nothing_void(pk_graph* g) {
+    (void)g;
+}
+
+static pk_status cpu_no_copy(pk_graph* g, int32_t e) {
+    (void)g;
+    (void)e;
+    return PK_OK;
+}
+
+const pk_backend pk_cpu_backend = {"cpu",       cpu_nothing,      cpu_nothing_void,
+                                   cpu_nothing, cpu_nothing_void, cpu_no_copy,
+                                   cpu_no_copy, cpu_run,          cpu_nothing};
+
+/* Device copies, all of them: entry e's value is made valid at `where` (PK_ON_HOST or
+ * PK_ON_DEVICE) by copying it from the other side when it is not there yet. */
+static pk_status make_valid(pk_graph* g, int32_t e, unsigned char where) {
+    if (g->valid[e] & where) return PK_OK;
+    pk_status s = where == PK_ON_DEVICE ? g->dev->copy_in(g, e) : g->dev->copy_out(g, e);
+    if (s) return s;
+    g->valid[e] |= where;
+    g->copies++;
+    return PK_OK;
+}
+
+static pk_status stage_inputs(pk_graph* g, int32_t n, unsigned char where) {
+    pk_status s = PK_OK;
+    for (int32_t k = 0; k < g->nodes[n].num_inputs && !s; k++)
+        s = make_valid(g, g->nodes[n].inputs[k], where);
+    return s;
+}
+
+/* Runs every kernel in order; with a clock, adds each node's time to node_ms[n] (device
+ * nodes: the host time of their copies plus the device's own time of the kernel). */
 static pk_status run_nodes(pk_graph* g, double (*clock_ms)(void), double* node_ms) {
     if (!g) return pk_fail(PK_ERR_ARG, "run: graph is NULL");
     for (int32_t i = 0; i < g->num_inputs; i++)
@@ -296,14 +372,26 @@ static pk_status run_nodes(pk_graph* g, double (*clock_ms)(void), double* node_m
     for (int32_t n = 0; n < g->num_nodes; n++) {
         const pk_node* node = &g->nodes[n];
         if (node->op != PK_NODE_KERNEL) continue;
-        double start = clock_ms ? clock_ms() : 0;
-        int32_t rc = node->fn(node->args);
-        if (clock_ms) node_ms[n] += clock_ms() - start;
-        if (rc != 0)
-            return pk_fail(PK_ERR_KERNEL, "run: node %d '%s' (func %s) failed with code %d", (int)n,
-                           node->name, node->func, (int)rc);
+        unsigned char where = node->device == PK_DEV_CPU ? PK_ON_HOST : PK_ON_DEVICE;
+        double start = clock_ms ? clock_ms() : 0, device_ms = 0;
+        pk_status s = g->dev ? stage_inputs(g, n, where) : PK_OK;
+        if (!s && node->device == PK_DEV_CPU) {
+            s = cpu_run(g, n, NULL); /* a direct call: the CPU path stays as cheap as before */
+            if (clock_ms) node_ms[n] += clock_ms() - start;
+        } else if (!s) {
+            double staged = clock_ms ? clock_ms() : 0;
+            s = g->dev->run(g, n, clock_ms ? &device_ms : NULL);
+            if (clock_ms) node_ms[n] += staged - start + device_ms;
+        }
+        if (s) return s;
+        for (int32_t e = g->row_ptr[n]; g->dev && e < g->row_ptr[n + 1]; e++)
+            g->valid[e] = where;
     }
-    return PK_OK;
+    if (!g->dev) return PK_OK;
+    pk_status s = PK_OK;
+    for (int32_t i = 0; i < g->num_outputs && !s; i++)
+        s = make_valid(g, g->output_entries[i], PK_ON_HOST);
+    return s ? s : g->dev->sync(g);
 }
 
 pk_status pk_graph_run(pk_graph* g) {
@@ -326,6 +414,19 @@ const char* pk_graph_node_name(const pk_graph* g, int32_t n) {
 const char* pk_graph_node_func(const pk_graph* g, int32_t n) {
     if (!g || n < 0 || n >= g->num_nodes || g->nodes[n].op != PK_NODE_KERNEL) return NULL;
     return g->nodes[n].func;
+}
+
+const char* pk_graph_node_device(const pk_graph* g, int32_t n) {
+    if (!g || n < 0 || n >= g->num_nodes || g->nodes[n].op != PK_NODE_KERNEL) return NULL;
+    return g->nodes[n].device == PK_DEV_CPU ? pk_cpu_backend.name : g->dev->name;
+}
+
+const char* pk_graph_device_name(const pk_graph* g) {
+    return g ? g->device_name : NULL;
+}
+
+int64_t pk_graph_copy_count(const pk_graph* g) {
+    return g ? g->copies : 0;
 }
 
 pk_status pk_graph_get_output(const pk_graph* g, int32_t i, void* dst, size_t bytes) {

@@ -74,6 +74,27 @@ static pk_status entry_ref(loader* L, int32_t t, int32_t limit, const char* wher
     return PK_OK;
 }
 
+/* Optional "device": "cpu" (the default) or "opencl". */
+static pk_status parse_device(loader* L, int32_t t, int32_t i) {
+    static const char* const names[] = {"cpu", "opencl"};
+    pk_node* node = &L->g->nodes[i];
+    int32_t dev = pj_get(&L->d, t, "device");
+    node->device = dev < 0 ? PK_DEV_CPU : -1;
+    for (int32_t k = 0; dev >= 0 && k < PK_DEV_COUNT; k++)
+        if (pj_streq(&L->d, dev, names[k])) node->device = k;
+    if (node->device < 0)
+        return pk_fail(PK_ERR_FORMAT, GJ ": nodes[%d] '%s': device must be \"cpu\" or \"opencl\"",
+                       (int)i, node->name);
+#ifndef PK_OPENCL
+    if (node->device == PK_DEV_OPENCL)
+        return pk_fail(PK_ERR_FORMAT,
+                       GJ ": nodes[%d] '%s' runs on opencl, but this runtime was built without "
+                          "OpenCL (PK_OPENCL)",
+                       (int)i, node->name);
+#endif
+    return PK_OK;
+}
+
 static pk_status parse_node(loader* L, int32_t t, int32_t i) {
     static const char* const ops[] = {"input", "param", "kernel"};
     pk_node* node = &L->g->nodes[i];
@@ -98,6 +119,7 @@ static pk_status parse_node(loader* L, int32_t t, int32_t i) {
     if (node->op == PK_NODE_KERNEL) {
         int32_t func = field(L, t, where, "func", PJ_STR, &s);
         if (s || !(node->func = dup_string(L, func, &s))) return s;
+        if ((s = parse_device(L, t, i))) return s;
         if (nout < 1 || nout > INT32_MAX / 2)
             return pk_fail(PK_ERR_FORMAT, GJ ": %s.num_outputs: %lld is out of range", where,
                            (long long)nout);
@@ -501,10 +523,10 @@ static void describe_entry(const pk_entry* en, char* buf, size_t cap) {
 
 /* The node's arguments (its inputs, then its outputs) must be exactly what the function
  * was generated for: a wrong buffer size would make the kernel read or write out of bounds. */
-static pk_status check_signature(const pk_graph* g, int32_t n, const pk_kernel_entry* k) {
+static pk_status check_signature(const pk_graph* g, int32_t n, const char* signature) {
     const pk_node* node = &g->nodes[n];
-    int32_t nargs = node->num_inputs + node->num_outputs, want = k->signature[0] != 0;
-    for (const char* c = k->signature; *c; c++)
+    int32_t nargs = node->num_inputs + node->num_outputs, want = signature[0] != 0;
+    for (const char* c = signature; *c; c++)
         want += *c == ' ';
     if (want != nargs)
         return pk_fail(PK_ERR_FORMAT,
@@ -512,7 +534,7 @@ static pk_status check_signature(const pk_graph* g, int32_t n, const pk_kernel_e
                           "(%d inputs, %d outputs)",
                        (int)n, node->name, node->func, (int)want, (int)nargs, (int)node->num_inputs,
                        (int)node->num_outputs);
-    const char* sig = k->signature;
+    const char* sig = signature;
     for (int32_t a = 0; a < nargs; a++) {
         char got[32 * 21 + 16];
         size_t len = strcspn(sig, " ");
@@ -530,19 +552,71 @@ static pk_status check_signature(const pk_graph* g, int32_t n, const pk_kernel_e
     return PK_OK;
 }
 
+#ifdef PK_OPENCL
+/* The OpenCL table: sentinel at pk_cl_kernel_count, sorted by name without duplicates (the
+ * packager writes it so), a signature and a launch whose global size is a non-zero multiple
+ * of the local size in every dimension. */
+static pk_status check_cl_kernel_table(void) {
+    int32_t n = 0;
+    while (n < pk_cl_kernel_count && pk_cl_kernel_table[n].name)
+        n++;
+    if (pk_cl_kernel_count < 0 || n < pk_cl_kernel_count || pk_cl_kernel_table[n].name)
+        return pk_fail(PK_ERR_FORMAT,
+                       "OpenCL kernel table: the sentinel is not entry pk_cl_kernel_count = %d",
+                       (int)pk_cl_kernel_count);
+    for (int32_t i = 0; i < n; i++) {
+        const pk_cl_kernel_entry* k = &pk_cl_kernel_table[i];
+        int ok = k->signature && (i == 0 || strcmp(pk_cl_kernel_table[i - 1].name, k->name) < 0);
+        for (int d = 0; d < 3; d++)
+            ok = ok && k->global[d] && (!k->local[d] || k->global[d] % k->local[d] == 0);
+        if (!ok)
+            return pk_fail(PK_ERR_FORMAT,
+                           "OpenCL kernel table: entry %d '%s' is out of order, has no "
+                           "signature or a global size that is not a multiple of the local size",
+                           (int)i, k->name);
+    }
+    return PK_OK;
+}
+
+static const pk_cl_kernel_entry* find_cl_kernel(const char* name) {
+    int32_t lo = 0, hi = pk_cl_kernel_count;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(pk_cl_kernel_table[mid].name, name);
+        if (c == 0) return &pk_cl_kernel_table[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+#endif
+
+/* Each kernel node's function, from the table of its device, checked against its signature. */
 static pk_status resolve_kernels(pk_graph* g) {
-    int sorted;
+    int sorted = 0;
     pk_status s = check_kernel_table(&sorted);
+#ifdef PK_OPENCL
+    if (!s) s = check_cl_kernel_table();
+#endif
     for (int32_t n = 0; n < g->num_nodes && !s; n++) {
         pk_node* node = &g->nodes[n];
         if (node->op != PK_NODE_KERNEL) continue;
-        const pk_kernel_entry* k = find_kernel(node->func, sorted);
-        if (!k)
+        const char* signature = NULL;
+        if (node->device == PK_DEV_CPU) {
+            const pk_kernel_entry* k = find_kernel(node->func, sorted);
+            if (k) node->fn = k->fn, signature = k->signature;
+        }
+#ifdef PK_OPENCL
+        if (node->device == PK_DEV_OPENCL && (node->cl = find_cl_kernel(node->func)))
+            signature = node->cl->signature;
+#endif
+        if (!signature)
             return pk_fail(PK_ERR_FORMAT,
-                           GJ ": nodes[%d] '%s': func '%s' is not in the kernel table", (int)n,
-                           node->name, node->func);
-        node->fn = k->fn;
-        s = check_signature(g, n, k);
+                           GJ ": nodes[%d] '%s': func '%s' is not in the %skernel table", (int)n,
+                           node->name, node->func, node->device == PK_DEV_CPU ? "" : "OpenCL ");
+        s = check_signature(g, n, signature);
     }
     return s;
 }

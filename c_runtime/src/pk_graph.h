@@ -3,6 +3,7 @@
 #ifndef PK_GRAPH_H
 #define PK_GRAPH_H
 
+#include "pk_backend.h"
 #include "pk_internal.h"
 
 enum { PK_NODE_INPUT, PK_NODE_PARAM, PK_NODE_KERNEL };
@@ -22,6 +23,8 @@ typedef struct {
     char* name;
     char* func;
     pk_kernel_fn fn;
+    int32_t device;               /* PK_DEV_* */
+    const pk_cl_kernel_entry* cl; /* opencl nodes: the kernel and its launch */
     int32_t num_inputs, num_outputs;
     int32_t* inputs; /* entry ids */
     void** args;     /* input buffers then output buffers, as the kernel ABI wants */
@@ -55,7 +58,17 @@ struct pk_graph {
 
     unsigned char* memory;
     int own_memory;
-    void* own_params; /* params buffer the graph frees, if any */
+    void* own_params;            /* params buffer the graph frees, if any */
+    const unsigned char* params; /* start of params.bin (param storages point into it) */
+
+    /* With a device backend (NULL if every node runs on the CPU): per entry PK_ON_HOST |
+     * PK_ON_DEVICE, the backend's state, and the copies made so far (tests count them). */
+    const pk_backend* dev;
+    unsigned char* valid;
+    void* dev_state;
+    char* device_name;
+    int64_t copies;
+    int program_from_cache; /* the device program came from the on-disk binary cache */
 };
 
 /* Parses and validates graph.json into g (no params, no memory); pk_graph_free_parts undoes. */
@@ -65,6 +78,8 @@ pk_status pk_graph_bind_params(pk_graph* g, const void* params, size_t params_le
 /* Points every storage into memory, builds kernel argument arrays, checks aliasing. */
 pk_status pk_graph_place(pk_graph* g, unsigned char* memory);
 void pk_graph_free_parts(pk_graph* g);
+/* Host <-> device copies made by runs of g so far (0 without a device backend). */
+int64_t pk_graph_copy_count(const pk_graph* g);
 /* The input position that output `out` of `node` is declared to overwrite, or -1. */
 int32_t pk_node_inplace_input(const pk_node* node, int32_t out);
 

@@ -51,7 +51,7 @@ void pk_aligned_free(void* p);
  * data. Directories, FIFOs and devices are refused without reading (PK_ERR_IO). */
 pk_status pk_read_file(const char* path, void** data, size_t* len);
 /* The last 200 characters of a path, for messages: a long path must leave room for the
- * reason after it in the 512-byte message buffer. */
+ * reason after it in the 1024-byte message buffer. */
 const char* pk_short_path(const char* path);
 /* PK_OK if path names a regular file, else PK_ERR_IO with a message saying what it is. */
 pk_status pk_check_regular_file(const char* path);

@@ -256,6 +256,18 @@ static const mutation graph_mutations[] = {
      "argument 1 (output 0): expected float32[4], got uint32[4]"},
     {"['float32','float32'", "['float32','float33'", "attrs.dtype[1]: unknown dtype"},
     {"'func':'k_relu4'", "'func':'k_nope'", "func 'k_nope' is not in the kernel table"},
+    {"'name':'relu1','func'", "'name':'relu1','device':'gpu','func'",
+     "graph.json: nodes[3] 'relu1': device must be \"cpu\" or \"opencl\""},
+    {"'name':'relu1','func'", "'name':'relu1','device':7,'func'",
+     "graph.json: nodes[3] 'relu1': device must be"},
+#ifdef PK_OPENCL
+    {"'name':'relu1','func'", "'name':'relu1','device':'opencl','func'",
+     "nodes[3] 'relu1': func 'k_relu4' is not in the OpenCL kernel table"},
+#else
+    {"'name':'relu1','func'", "'name':'relu1','device':'opencl','func'",
+     "graph.json: nodes[3] 'relu1' runs on opencl, but this runtime was built without OpenCL "
+     "(PK_OPENCL)"},
+#endif
     {"'heads':[[5,0],[4,0]]", "'heads':[[5,0],[2,0]]", "head 1 reads entry 2"},
     {"'heads':[[5,0],[4,0]]", "'heads':[[5,0],[6,0]]", "heads[1]: node index"},
     {"'outputs':['y','z:0']", "'outputs':['y']", "outputs: has 1 elements, expected 2"},

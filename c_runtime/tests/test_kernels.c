@@ -41,3 +41,9 @@ const pk_kernel_entry pk_kernel_table[] = {
     {0, 0, 0},
 };
 const int32_t pk_kernel_count = 3;
+
+#ifdef PK_OPENCL /* a runtime with the OpenCL backend also needs the (here empty) OpenCL table */
+const pk_cl_kernel_entry pk_cl_kernel_table[] = {{0, 0, {0, 0, 0}, {0, 0, 0}}};
+const int32_t pk_cl_kernel_count = 0;
+const char pk_cl_program_source[] = "";
+#endif

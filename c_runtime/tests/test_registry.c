@@ -43,3 +43,9 @@ int main(void) {
     CHECK(pk_graph_memory_bytes(graph, sizeof graph - 1, &need) == PK_ERR_FORMAT);
     return test_report("test_registry");
 }
+
+#ifdef PK_OPENCL /* a runtime with the OpenCL backend also needs the (here empty) OpenCL table */
+const pk_cl_kernel_entry pk_cl_kernel_table[] = {{0, 0, {0, 0, 0}, {0, 0, 0}}};
+const int32_t pk_cl_kernel_count = 0;
+const char pk_cl_program_source[] = "";
+#endif

@@ -41,9 +41,9 @@ static const char usage_text[] =
     "                      stdout is {\"median_ms\": x, \"min_ms\": y, \"mean_ms\": z, \"repeat\": "
     "N}\n"
     "  --profile           with --repeat: before that line, print one JSON line\n"
-    "                      {\"nodes\": [{\"node\", \"name\", \"func\", \"median_ms\"}...]} with "
-    "each\n"
-    "                      kernel node's median time\n"
+    "                      {\"nodes\": [{\"node\", \"name\", \"func\", \"device\", "
+    "\"median_ms\"}...]}\n"
+    "                      with each kernel node's device (cpu, opencl) and median time\n"
     "  --selftest          take inputs from BUNDLE_DIR/selftest/input_<i>.npy and compare the\n"
     "                      outputs with selftest/output_<i>.npy: floats pass when\n"
     "                      |got - want| <= atol + rtol * |want| (NaN equals NaN), other dtypes\n"
@@ -657,6 +657,8 @@ static void print_profile(const pk_graph* g, double* node_ms, long repeat) {
         print_json_string(pk_graph_node_name(g, n));
         printf(", \"func\": ");
         print_json_string(pk_graph_node_func(g, n));
+        printf(", \"device\": ");
+        print_json_string(pk_graph_node_device(g, n));
         printf(", \"median_ms\": %.6f}", median_of(col, repeat));
         first = 0;
     }
@@ -698,6 +700,7 @@ static int run(const options* o) {
     pk_graph* g;
     pk_status s = pk_graph_load_dir(o->bundle, &g);
     if (s) return fail(status_exit(s), "cannot load bundle '%s': %s", o->bundle, pk_last_error());
+    if (pk_graph_device_name(g)) fprintf(stderr, "opencl device: %s\n", pk_graph_device_name(g));
     int rc = set_inputs(g, o);
     if (rc < 0 && (s = pk_graph_run(g)) != PK_OK)
         rc = fail(s == PK_ERR_KERNEL ? EXIT_BAD_INPUT : EXIT_INTERNAL, "%s%s", pk_last_error(), "");
