@@ -54,8 +54,8 @@ BOARD = "host-opencl"
 # Left-out peers and why, printed with every run.
 LEFT_OUT = {
     "tvm": "TVM's PyPI wheels ship without the OpenCL runtime",
-    "ncnn-vulkan": "ncnn's Vulkan path on Mesa lavapipe is not set up by this script "
-    "(needs the ncnn wheel, mesa-vulkan-drivers and an ONNX->ncnn conversion)",
+    "ncnn-vulkan": "ncnn's Vulkan path on Mesa lavapipe needs ONNX->ncnn conversion, "
+    "and pnnx's PyPI package pulls in PyTorch (gigabytes) for it",
 }
 # OpenCV's DNN falls back to the CPU, saying so on stderr, when it does not trust the
 # OpenCL device; the benchmark refuses such a run rather than time the CPU path.
@@ -139,26 +139,33 @@ def build_ours(model: onnx.ModelProto, workdir: Path) -> tuple[Path, Path, str]:
     bundle.mkdir()
     write_bundle_files(bundle, compiled, {}, None)
     exe = build_run_bundle(bundle, cflags=[*CFLAGS, *board.toolchain.cflags])
-    nodes = [n for n in json.loads((bundle / "graph.json").read_text())["nodes"] if n["op"] == "kernel"]
+    nodes = [
+        n for n in json.loads((bundle / "graph.json").read_text())["nodes"] if n["op"] == "kernel"
+    ]
     on_cl = sum(n.get("device") == "opencl" for n in nodes)
     return bundle, exe, f"{on_cl}/{len(nodes)} kernel nodes on opencl"
 
 
-def run_child(cmd: list[str], env: dict[str, str]) -> float:
+def run_child(cmd: list[str], env: dict[str, str], seen: dict | None = None) -> float:
+    """The median the child prints last; ``seen`` gets the OpenCL device run_bundle names
+    on stderr."""
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         lines = (r.stderr.strip() or r.stdout.strip() or f"exit {r.returncode}").splitlines()
         raise EngineUnavailable(lines[-1][:300])
     if OPENCV_FALLBACK in r.stderr:
         raise EngineUnavailable(next(s for s in r.stderr.splitlines() if OPENCV_FALLBACK in s))
+    device = re.search(r"^opencl device: (.+)$", r.stderr, re.M)
+    if device and seen is not None:
+        seen["device"] = device.group(1)
     return json.loads(r.stdout.strip().splitlines()[-1])["median_ms"]
 
 
-def time_ours(exe: Path, bundle: Path, inputs: dict[str, str], repeat: int, env) -> float:
+def time_ours(exe: Path, bundle: Path, inputs: dict[str, str], repeat: int, env, seen) -> float:
     cmd = [str(exe), str(bundle), "--repeat", str(repeat)]
     for name, path in inputs.items():
         cmd += ["--input", f"{name}={path}"]
-    return run_child(cmd, env)
+    return run_child(cmd, env, seen)
 
 
 def time_opencv(model_path: Path, inputs: dict[str, str], repeat: int, threads: int, env):
@@ -236,6 +243,12 @@ def opencv_probe(env) -> str:
 # --- the comparison ----------------------------------------------------------------
 
 
+def first_error(text: str) -> str:
+    """A compiler's first error line, else the message's first line."""
+    lines = text.strip().splitlines() or [""]
+    return next((s for s in lines if "error" in s.lower()), lines[0])[:300].strip()
+
+
 def compare(name: str, threads: int, rounds: int, repeat: int, env, skip: dict) -> dict:
     model = MODELS[name]()
     feeds = compare_ort.input_feeds(model)
@@ -249,12 +262,13 @@ def compare(name: str, threads: int, rounds: int, repeat: int, env, skip: dict) 
         model.ir_version = min(model.ir_version, 10)
         onnx.save(model, model_path)
         runs = {}
+        seen: dict = {}
         try:
             bundle, exe, placement = build_ours(model, Path(d))
             row["placement"] = placement
-            runs["ours"] = lambda: time_ours(exe, bundle, paths, repeat, env)
+            runs["ours"] = lambda: time_ours(exe, bundle, paths, repeat, env, seen)
         except PackagerError as e:
-            row["ours_error"] = f"build failed: {str(e).splitlines()[0][:300]}"
+            row["ours_error"] = f"build failed: {first_error(str(e))}"
         if "opencv" in skip:
             row["opencv_error"] = skip["opencv"]
         else:
@@ -272,6 +286,8 @@ def compare(name: str, threads: int, rounds: int, repeat: int, env, skip: dict) 
                     row[f"{label}_error"] = str(e)
                     del runs[label]
                 compare_ort.settle()
+    if seen.get("device"):
+        row["placement"] += f" on '{seen['device']}'"
     for label, ts in times.items():
         if ts and f"{label}_error" not in row:
             row[f"{label}_ms"] = statistics.median(ts)
