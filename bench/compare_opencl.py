@@ -7,12 +7,14 @@ rounds of
   - opencv: OpenCV DNN (classic engine, DNN_BACKEND_OPENCV + DNN_TARGET_OPENCL) timing
             N forward() calls (input set each time) in a process of its own,
   - ort:    ONNX Runtime's CPU provider, N runs in a process of its own (the reference),
+  - ncnn:   ncnn's Vulkan path (fp32) on the first Vulkan device, here Mesa's lavapipe,
+            the model converted from ONNX with pnnx, N extractions in a process of its own,
 each round starting with the next engine, so all see the same machine noise. Prints the
 machine (CPU, vector ISA, OpenCL device and driver), then per model each engine's median
 and the ratios ours/peer. An engine that cannot run is reported with the reason.
 
-PoCL runs work-groups on `--threads` threads (POCL_MAX_PTHREAD_COUNT), OpenCV and ORT
-use as many, and the bundle's CPU kernels too (PACKAGER_NUM_THREADS).
+PoCL runs work-groups on `--threads` threads (POCL_MAX_PTHREAD_COUNT), lavapipe as many
+(LP_NUM_THREADS), OpenCV, ORT, ncnn's CPU side and the bundle's CPU kernels too.
 
     python bench/compare_opencl.py --setup          # installs the peers first
     python bench/compare_opencl.py --models squeezenet --rounds 5 --repeat 5
@@ -54,9 +56,8 @@ BOARD = "host-opencl"
 # Left-out peers and why, printed with every run.
 LEFT_OUT = {
     "tvm": "TVM's PyPI wheels ship without the OpenCL runtime",
-    "ncnn-vulkan": "ncnn's Vulkan path on Mesa lavapipe needs ONNX->ncnn conversion, "
-    "and pnnx's PyPI package pulls in PyTorch (gigabytes) for it",
 }
+ENGINES = ("ours", "opencv", "ort", "ncnn")
 # OpenCV's DNN falls back to the CPU, saying so on stderr, when it does not trust the
 # OpenCL device; the benchmark refuses such a run rather than time the CPU path.
 OPENCV_FALLBACK = "switching to CPU"
@@ -66,17 +67,20 @@ OPENCV_FALLBACK = "switching to CPU"
 
 
 def setup() -> None:
-    """Install the peers: OpenCV into this interpreter's environment (numpy held at its
-    version, so the packages already there are not disturbed) and, as root, PoCL and
-    clinfo from Debian."""
+    """Install the peers: OpenCV, ncnn and pnnx into this interpreter's environment (numpy
+    held at its version, so the packages already there are not disturbed; pnnx without
+    its dependencies, which pull in PyTorch: its converter is a standalone binary) and, as
+    root, PoCL, clinfo and Mesa's Vulkan drivers (lavapipe) from Debian."""
     if os.geteuid() == 0 and shutil.which("apt-get"):
         pkgs = ["pocl-opencl-icd", "ocl-icd-libopencl1", "clinfo"]
+        pkgs += ["mesa-vulkan-drivers", "libvulkan1"]
         subprocess.run(["apt-get", "update", "-qq"], check=False)
         subprocess.run(["apt-get", "install", "-y", "-qq", *pkgs], check=False)
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(f"numpy=={np.__version__}\n")
     pip = [sys.executable, "-m", "pip", "install", "-q", "-c", f.name]
     subprocess.run([*pip, "opencv-python-headless"], check=False)
+    subprocess.run([*pip, "--no-deps", "ncnn", "pnnx"], check=False)
     os.unlink(f.name)
 
 
@@ -117,6 +121,7 @@ def engine_env(threads: int, device: dict[str, str]) -> dict[str, str]:
     env = dict(os.environ, PACKAGER_NUM_THREADS=str(threads))
     env["POCL_MAX_PTHREAD_COUNT"] = str(threads)
     env["POCL_CPU_MAX_CU_COUNT"] = str(threads)  # PoCL >= 4 names it so
+    env["LP_NUM_THREADS"] = str(threads)  # lavapipe's rasterizer/compute threads
     # OpenCV only looks at GPUs unless told otherwise, and runs its DNN on GPUs only
     if device.get("type", "").upper().startswith("CPU"):
         env.setdefault("OPENCV_OPENCL_DEVICE", ":CPU:")
@@ -240,6 +245,112 @@ def opencv_probe(env) -> str:
     return f"OpenCV {version}, OpenCL device '{name}' driver {driver}"
 
 
+def pnnx_binary() -> Path | None:
+    """pnnx's converter inside its package, found without importing the package (its
+    Python side imports PyTorch)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pnnx")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    exe = Path(list(spec.submodule_search_locations)[0]) / "pnnx"
+    return exe if exe.exists() else None
+
+
+def convert_ncnn(model: onnx.ModelProto, workdir: Path) -> tuple[Path, Path]:
+    """(param, bin) of the model for ncnn, through pnnx. Graph inputs that are
+    initializers (older zoo models list their weights as inputs) are dropped first:
+    pnnx takes the graph's inputs for the model's."""
+    exe = pnnx_binary()
+    if exe is None:
+        raise EngineUnavailable("pnnx not installed (--setup installs it)")
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    inits = {t.name for t in model.graph.initializer}
+    keep = [vi for vi in model.graph.input if vi.name not in inits]
+    del model.graph.input[:]
+    model.graph.input.extend(keep)
+    out = workdir / "ncnn"
+    out.mkdir()
+    onnx.save(model, out / "model.onnx")
+    shapes = ",".join(
+        "[" + ",".join(str(d.dim_value) for d in vi.type.tensor_type.shape.dim) + "]" for vi in keep
+    )
+    r = subprocess.run(
+        [str(exe), "model.onnx", f"inputshape={shapes}"], cwd=out, capture_output=True, text=True
+    )
+    param, weights = out / "model.ncnn.param", out / "model.ncnn.bin"
+    if r.returncode != 0 or not param.exists():
+        raise EngineUnavailable(f"pnnx failed: {first_error(r.stdout + r.stderr)}")
+    return param, weights
+
+
+def time_ncnn(param: Path, weights: Path, inputs: dict[str, str], repeat: int, threads: int, env):
+    cmd = [sys.executable, __file__, "--ncnn-child", str(param), str(weights), str(threads)]
+    cmd += [str(repeat), *(f"{n}={p}" for n, p in inputs.items())]
+    return run_child(cmd, env)
+
+
+def ncnn_net(param: str, weights: str, threads: int):
+    import ncnn
+
+    if ncnn.get_gpu_count() == 0:
+        raise SystemExit("ncnn finds no Vulkan device")
+    net = ncnn.Net()
+    net.opt.use_vulkan_compute = True
+    net.opt.num_threads = threads
+    # fp32 throughout, as the other engines (lavapipe's fp16 path also gave NaNs)
+    for flag in ("use_fp16_packed", "use_fp16_storage", "use_fp16_arithmetic", "use_bf16_storage"):
+        setattr(net.opt, flag, False)
+    net.load_param(param)
+    net.load_model(weights)
+    return ncnn, net
+
+
+def ncnn_child(argv) -> int:
+    param, weights, threads, repeat, *inputs = argv
+    ncnn, net = ncnn_net(param, weights, int(threads))
+    # pnnx names the model's inputs in0, in1, ... in the graph's order, its output out0
+    feeds = [np.load(item.split("=", 1)[1]) for item in inputs]
+
+    def forward():
+        ex = net.create_extractor()
+        for k, a in enumerate(feeds):
+            ex.input(f"in{k}", ncnn.Mat(np.ascontiguousarray(a[0])))
+        status, out = ex.extract("out0")
+        if status != 0:
+            raise SystemExit(f"ncnn extract failed: {status}")
+        return np.array(out)
+
+    forward()  # warm-up: creates the Vulkan pipelines
+    times = []
+    for _ in range(int(repeat)):
+        t = time.perf_counter()
+        forward()
+        times.append((time.perf_counter() - t) * 1e3)
+    print(json.dumps({"median_ms": statistics.median(times)}))
+    return 0
+
+
+def ncnn_probe(env) -> str:
+    code = (
+        "import ncnn; n = ncnn.get_gpu_count(); "
+        "i = ncnn.get_gpu_info(0) if n else None; "
+        "print(ncnn.__version__, n, i.device_name() if i else '', "
+        "i.driver_version() if i else '', sep='|')"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise EngineUnavailable("ncnn not importable (--setup installs it)")
+    version, count, name, driver = r.stdout.strip().splitlines()[-1].split("|")
+    if count == "0":
+        raise EngineUnavailable(
+            f"ncnn {version} finds no Vulkan device (Debian mesa-vulkan-drivers has lavapipe)"
+        )
+    if pnnx_binary() is None:
+        raise EngineUnavailable("pnnx not installed (--setup installs it)")
+    return f"ncnn {version}, Vulkan device '{name}' driver {driver}, fp32"
+
+
 # --- the comparison ----------------------------------------------------------------
 
 
@@ -274,6 +385,14 @@ def compare(name: str, threads: int, rounds: int, repeat: int, env, skip: dict) 
         else:
             runs["opencv"] = lambda: time_opencv(model_path, paths, repeat, threads, env)
         runs["ort"] = lambda: time_ort(model_path, paths, repeat, threads, env)
+        if "ncnn" in skip:
+            row["ncnn_error"] = skip["ncnn"]
+        else:
+            try:
+                param, weights = convert_ncnn(model, Path(d))
+                runs["ncnn"] = lambda: time_ncnn(param, weights, paths, repeat, threads, env)
+            except EngineUnavailable as e:
+                row["ncnn_error"] = str(e)
         times: dict[str, list[float]] = {k: [] for k in runs}
         for r in range(rounds):
             order = list(runs)
@@ -291,7 +410,7 @@ def compare(name: str, threads: int, rounds: int, repeat: int, env, skip: dict) 
     for label, ts in times.items():
         if ts and f"{label}_error" not in row:
             row[f"{label}_ms"] = statistics.median(ts)
-    for peer in ("opencv", "ort"):
+    for peer in ENGINES[1:]:
         if "ours_ms" in row and f"{peer}_ms" in row:
             row[f"ours/{peer}"] = row["ours_ms"] / row[f"{peer}_ms"]
     return row
@@ -309,11 +428,12 @@ def format_row(row: dict) -> str:
     text = (
         f"{row['model']:<13} {row['threads']:>2}  ours {cell('ours')} ms  "
         f"opencv-ocl {cell('opencv')} ms  ort-cpu {cell('ort')} ms  "
-        f"ours/opencv {ratio('opencv')}  ours/ort {ratio('ort')}"
+        f"ncnn-vk {cell('ncnn')} ms  ours/opencv {ratio('opencv')}  ours/ort {ratio('ort')}  "
+        f"ours/ncnn {ratio('ncnn')}"
     )
     if "placement" in row:
         text += f"  ({row['placement']})"
-    for label in ("ours", "opencv", "ort"):
+    for label in ENGINES:
         if f"{label}_error" in row:
             text += f"\n    {label}: cannot run: {row[f'{label}_error']}"
     return text
@@ -331,7 +451,7 @@ def header(threads: int, env) -> tuple[list[str], dict]:
             if dev
             else "opencl: no device found by clinfo"
         ),
-        f"threads: {threads} (PoCL POCL_MAX_PTHREAD_COUNT, OpenCV, ORT, the bundle's CPU kernels)",
+        f"threads: {threads} (PoCL, lavapipe, OpenCV, ORT, ncnn, the bundle's CPU kernels)",
     ]
     skip = {}
     try:
@@ -342,6 +462,11 @@ def header(threads: int, env) -> tuple[list[str], dict]:
     except EngineUnavailable as e:
         skip["opencv"] = str(e)
         lines.append(f"opencv: cannot run: {e}")
+    try:
+        lines.append(f"ncnn: {ncnn_probe(env)}")
+    except EngineUnavailable as e:
+        skip["ncnn"] = str(e)
+        lines.append(f"ncnn: cannot run: {e}")
     lines += [f"{peer}: left out: {why}" for peer, why in LEFT_OUT.items()]
     return lines, skip
 
@@ -350,6 +475,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--opencv-child"]:
         return opencv_child(argv[1:])
+    if argv[:1] == ["--ncnn-child"]:
+        return ncnn_child(argv[1:])
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     p.add_argument("--threads", type=int, default=2)
@@ -359,8 +486,8 @@ def main(argv=None) -> int:
     p.add_argument(
         "--setup",
         action="store_true",
-        help="first install the peers (opencv-python-headless with pip; PoCL and clinfo "
-        "with apt-get when root)",
+        help="first install the peers (opencv-python-headless, ncnn and pnnx with pip; "
+        "PoCL, clinfo and Mesa's Vulkan drivers with apt-get when root)",
     )
     args = p.parse_args(argv)
     if args.setup:
