@@ -37,7 +37,7 @@ _TYPES = {
     "uint64": "uint64_t",
     "bool": "uint8_t",
 }
-_KEYWORDS = """auto break case char const continue default do double else enum extern float
+C_KEYWORDS = """auto break case char const continue default do double else enum extern float
 for goto if inline int long register restrict return short signed sizeof static struct
 switch typedef union unsigned void volatile while"""
 _KERNEL_NAMES = ("args", "c")  # the kernel's argument array, a closure's context
@@ -50,7 +50,7 @@ class CLang(Lang):
     name: str = "C"
     prelude: str = '#include "pk_kernel.h"'
     types: dict = field(default_factory=lambda: dict(_TYPES))
-    reserved: frozenset = frozenset(_KEYWORDS.split()) | frozenset(_KERNEL_NAMES)
+    reserved: frozenset = frozenset(C_KEYWORDS.split()) | frozenset(_KERNEL_NAMES)
     restrict: str = "restrict"
     literal_suffix: dict = field(default_factory=lambda: {"float32": "f", "float64": ""})
     int64_literal: str = "INT64_C({v})"

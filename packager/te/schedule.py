@@ -20,7 +20,6 @@ from .expr import (
     Const,
     IterVar,
     Load,
-    Reduce,
     Tensor,
     Var,
     compute,
@@ -214,7 +213,7 @@ class Schedule:
             raise ValueError(f"cache_write on {st.name}: call it before other primitives")
         op = st.op
         axis = tuple(IterVar(Var(f"{iv.name}_c"), iv.extent) for iv in op.axis)
-        body = substitute_body(op.body, {o.var: n.var for o, n in zip(op.axis, axis, strict=True)})
+        body = substitute(op.body, {o.var: n.var for o, n in zip(op.axis, axis, strict=True)})
         cache = Tensor(t.shape, t.dtype, ComputeOp(f"{op.name}_{scope}", axis, body, op.tag))
         op.body = Load(cache, tuple(iv.var for iv in op.axis))
         st.leaf_iter_vars = list(op.axis)
@@ -243,14 +242,6 @@ class Schedule:
 
 def _initial_leaves(op: ComputeOp) -> list[IterVar]:
     return list(op.axis) + list(op.reduce_axis)
-
-
-def substitute_body(body, mapping: dict):
-    """``body`` (an expression or a Reduce) with variables replaced per ``mapping``."""
-    if isinstance(body, Reduce):
-        where = substitute(body.where, mapping) if body.where is not None else None
-        return Reduce(body.combiner, substitute(body.body, mapping), body.axes, where)
-    return substitute(body, mapping)
 
 
 def _post_order(outputs: list[Tensor]) -> list[Tensor]:

@@ -9,27 +9,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from packager import te
+from packager.boards import load_board
 from packager.codegen.opencl import Launch, check_kernel, codegen_opencl
 from packager.lowering import schedule_for
 from packager.opencl_local import device
 from packager.ops.opencl.generic import gpu_default_schedule
 from packager.ops.registry import get_op
-from packager.target import OpenCLTarget
+from packager.target import Target
 from packager.te.evaluator import evaluate
 from packager.te.passes import insert_barriers
 
 # The rk3399's Mali-T860 as its profile describes it: the limits templates must respect.
-MALI = OpenCLTarget(
-    board="rk3399",
-    device="Mali-T860",
-    compute_units=4,
-    max_work_group_size=256,
-    max_work_item_sizes=(256, 256, 256),
-    local_memory_bytes=32 * 1024,
-    preferred_vector_width=4,
-    fp16=True,
-    version="1.2",
-)
+MALI = Target.opencl(load_board("rk3399"))
 
 
 @dataclass

@@ -44,16 +44,11 @@ def schedule_conv2d_nchwc_opencl(ctx: ScheduleContext) -> te.Schedule:
         return fallback(ctx)
     if is_depthwise(conv):
         return schedule_depthwise_opencl(ctx, conv)
-    made = accumulate_privately(ctx, conv)
+    made = _blocked_tiles(ctx, conv, TILE_OC, TILE_OW)
     if made is None:
         return fallback(ctx)
-    sch, acc = made
-    cfg = ctx.cfg
-    _, out_blocks, _, out_w, block = conv.shape
-    t_oc = cfg.define_split("tile_oc", out_blocks, TILE_OC, most=MOST_OC)
-    t_ow = cfg.define_split("tile_ow", out_w, TILE_OW, most=MOST_OW)
-    vec = vector_knob(cfg, block, ctx.target)
-    axes = {a.var.name: a for a in sch[acc].op.reduce_axis}
+    sch, acc, t_oc, t_ow, vec, axes = made
+    cfg, block = ctx.cfg, conv.shape[-1]
     rci = axes.get("rci")
     unroll_rci = cfg.define_split("unroll_rci", rci.extent, rci.extent, most=16) if rci else 1
     kw = axes.get("rk1")
@@ -80,16 +75,11 @@ def schedule_depthwise_opencl(ctx: ScheduleContext, conv: te.Tensor) -> te.Sched
     """Depthwise NCHW[x]c: one input block per output block, so the tile's vectors load
     input vectors directly (guarded at the border); the window is unrolled ("unroll_kw",
     on by default: 9 taps x the tile's columns)."""
-    made = accumulate_privately(ctx, conv)
+    made = _blocked_tiles(ctx, conv, DW_TILE_OC, DW_TILE_OW)
     if made is None:
         return fallback(ctx)
-    sch, acc = made
-    cfg = ctx.cfg
-    _, out_blocks, _, out_w, block = conv.shape
-    t_oc = cfg.define_split("tile_oc", out_blocks, DW_TILE_OC, most=MOST_OC)
-    t_ow = cfg.define_split("tile_ow", out_w, DW_TILE_OW, most=MOST_OW)
-    vec = vector_knob(cfg, block, ctx.target)
-    axes = {a.var.name: a for a in sch[acc].op.reduce_axis}
+    sch, acc, t_oc, t_ow, vec, axes = made
+    cfg, block = ctx.cfg, conv.shape[-1]
     kw = axes.get("rk1")
     unroll_kw = cfg.define("unroll_kw", (False, True), True) if kw and kw.extent > 1 else False
     steps = t_oc * t_ow * (block // vec) * (kw.extent if unroll_kw else 1)
@@ -102,6 +92,23 @@ def schedule_depthwise_opencl(ctx: ScheduleContext, conv: te.Tensor) -> te.Sched
         st.unroll(kw)
     _tile_blocked_acc(st, [axes[a] for a in ("rk0", "rk1") if a in axes], vec)
     return sch
+
+
+def _blocked_tiles(ctx, conv: te.Tensor, tile_oc: int, tile_ow: int):
+    """A blocked conv's private accumulator and its tile knobs (defaults ``tile_oc`` blocks
+    x ``tile_ow`` columns per work-item, the vector width): (schedule, accumulator,
+    t_oc, t_ow, vec, reduce axes by name), or None when it cannot accumulate privately."""
+    made = accumulate_privately(ctx, conv)
+    if made is None:
+        return None
+    sch, acc = made
+    cfg = ctx.cfg
+    _, out_blocks, _, out_w, block = conv.shape
+    t_oc = cfg.define_split("tile_oc", out_blocks, tile_oc, most=MOST_OC)
+    t_ow = cfg.define_split("tile_ow", out_w, tile_ow, most=MOST_OW)
+    vec = vector_knob(cfg, block, ctx.target)
+    axes = {a.var.name: a for a in sch[acc].op.reduce_axis}
+    return sch, acc, t_oc, t_ow, vec, axes
 
 
 def _tile_blocked_output(st, ctx, t_oc: int, t_ow: int, vec: int):
