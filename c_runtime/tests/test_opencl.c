@@ -209,9 +209,10 @@ static void test_cache(void) {
     CHECK(create(graph_src, &g) == PK_OK);
     CHECK(g && g->program_from_cache == 1);
     pk_graph_destroy(g);
-    /* A corrupt file (same name, garbage) is ignored, rebuilt and rewritten. */
+    /* A corrupt cache file of ours (our header, garbage after it) is ignored, rebuilt and
+     * rewritten. */
     FILE* f = fopen(path, "wb");
-    CHECK(f && fputs("not a program binary", f) >= 0);
+    CHECK(f && fputs("packager-opencl-binary 1\nnot a program binary", f) >= 0);
     if (f) fclose(f);
     CHECK_MSG(create(graph_src, &g) == PK_OK, pk_last_error());
     CHECK(g && g->program_from_cache == 0);
@@ -220,6 +221,22 @@ static void test_cache(void) {
     CHECK(create(graph_src, &g) == PK_OK);
     CHECK(g && g->program_from_cache == 1);
     pk_graph_destroy(g);
+    /* A file someone else put there under the same name is used by nobody and left as it
+     * was: the program is built from source. */
+    static const char foreign[] = "not the packager's";
+    f = fopen(path, "wb");
+    CHECK(f && fputs(foreign, f) >= 0);
+    if (f) fclose(f);
+    CHECK_MSG(create(graph_src, &g) == PK_OK, pk_last_error());
+    CHECK(g && g->program_from_cache == 0);
+    if (g) check_run(g, (const float[4]){1, 1, 1, 1}, 4);
+    pk_graph_destroy(g);
+    char back[64] = "";
+    f = fopen(path, "rb");
+    CHECK(f && fread(back, 1, sizeof back - 1, f) == sizeof foreign - 1);
+    if (f) fclose(f);
+    CHECK_MSG(strcmp(back, foreign) == 0, back);
+    remove(path);
 }
 
 static void test_bad_launch(void) {

@@ -18,6 +18,7 @@
 #include <CL/cl.h>
 #endif
 #if defined(_POSIX_C_SOURCE)
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #endif
@@ -140,6 +141,8 @@ static pk_status choose_device(cl_device_id* out) {
 
 /* ---- program and its binary cache ---- */
 
+#define CACHE_MAGIC "packager-opencl-binary " /* every cache file starts so */
+
 static uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
     const unsigned char* p = data;
     for (size_t i = 0; i < n; i++)
@@ -184,8 +187,8 @@ static void cache_key(cl_device_id d, const char* source, char* key, size_t cap)
     platform_name[sizeof platform_name - 1] = 0;
     device_string(d, CL_DEVICE_NAME, device, sizeof device);
     device_string(d, CL_DRIVER_VERSION, driver, sizeof driver);
-    snprintf(key, cap, "packager-opencl-binary 1\n%s\n%s\n%s\n%016llx %zu\n", platform_name, device,
-             driver, (unsigned long long)fnv1a(0xcbf29ce484222325ull, source, strlen(source)),
+    snprintf(key, cap, CACHE_MAGIC "1\n%s\n%s\n%s\n%016llx %zu\n", platform_name, device, driver,
+             (unsigned long long)fnv1a(0xcbf29ce484222325ull, source, strlen(source)),
              strlen(source));
 }
 
@@ -229,10 +232,24 @@ static cl_program load_cached(cl_state* st, const char* path, const char* key,
     return prog;
 }
 
-/* Writes key + binary to a temporary file renamed over path; failing is not an error. */
+/* Whether path may be (re)written: missing, or a cache file of ours (it starts with the
+ * key's first line, whatever follows: stale or corrupt). A file someone else put there
+ * under the same name is left alone. */
+static int ours_or_missing(const char* path) {
+    char head[sizeof CACHE_MAGIC - 1];
+    FILE* f = fopen(path, "rb");
+    if (!f) return errno == ENOENT;
+    size_t n = fread(head, 1, sizeof head, f);
+    fclose(f);
+    return n == sizeof head && memcmp(head, CACHE_MAGIC, sizeof head) == 0;
+}
+
+/* Writes key + binary to a temporary file of its own renamed over path (only when path is
+ * missing or ours); failing is not an error. */
 static void save_cached(cl_program prog, const char* path, const char* key) {
     size_t blen = 0;
-    if (!path || clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof blen, &blen, NULL) || !blen)
+    if (!path || !ours_or_missing(path) ||
+        clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof blen, &blen, NULL) || !blen)
         return;
     unsigned char* bin = malloc(blen);
     size_t tlen = strlen(path) + 32;
@@ -244,11 +261,17 @@ static void save_cached(cl_program prog, const char* path, const char* key) {
 #else
         snprintf(tmp, tlen, "%s.tmp", path);
 #endif
+#if defined(_POSIX_C_SOURCE)
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644); /* never an existing file */
+        FILE* f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+        if (fd >= 0 && !f) close(fd);
+#else
         FILE* f = fopen(tmp, "wb");
+#endif
         int ok =
             f && fwrite(key, 1, strlen(key), f) == strlen(key) && fwrite(bin, 1, blen, f) == blen;
         if (f && fclose(f) != 0) ok = 0;
-        if (!ok || rename(tmp, path) != 0) remove(tmp);
+        if (f && (!ok || rename(tmp, path) != 0)) remove(tmp);
     }
     free(bin);
     free(tmp);
