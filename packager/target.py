@@ -39,6 +39,12 @@ class Target:
         """This family's target of ``board`` (each family defines it)."""
         raise NotImplementedError(f"{cls.__name__} is not a target family")
 
+    def fingerprint(self) -> dict:
+        """The facts about this target that decide which schedule is fastest: a tuning
+        record carries the fingerprint of the target it was measured on, and a build applies
+        it only to kernels of a target with an equal one. JSON-able; ``family`` comes first."""
+        raise NotImplementedError(f"{type(self).__name__} has no fingerprint")
+
     @staticmethod
     def cpu(board: Board) -> CpuTarget:
         """The board's CPU target (every board has one)."""
@@ -96,6 +102,16 @@ class CpuTarget(Target):
             l2_bytes=_bytes(cache.l2_kib if cache else None),
         )
 
+    def fingerprint(self) -> dict:
+        return {
+            "family": self.family,
+            "arch": self.arch,
+            "model": self.model,
+            "isa_flags": list(self.isa_flags),
+            "vector_bits": self.vector_bits,
+            "cores": self.cores,
+        }
+
     @property
     def lanes(self) -> int:
         """float32 lanes in one vector register (at least 1)."""
@@ -135,6 +151,14 @@ class OpenCLTarget(Target):
             fp16=oc.fp16,
             version=oc.version,
         )
+
+    def fingerprint(self) -> dict:
+        return {
+            "family": self.family,
+            "device": self.device,
+            "compute_units": self.compute_units,
+            "version": self.version,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,6 +1,8 @@
 """The Target a board profile makes: its families and the facts each carries, and the errors a
 bad opencl section gives (naming the file and the field)."""
 
+import json
+
 import pytest
 
 from packager import boards
@@ -138,3 +140,24 @@ def test_templates_are_chosen_by_the_target_family():
     assert [iv.extent for iv in sch[y].leaf_iter_vars][-1] == 4  # 128-bit vectors: 4 floats
     sch = schedule_for([y], (None, {}, y), CpuTarget(vector_bits=512))
     assert [iv.extent for iv in sch[y].leaf_iter_vars][-1] == 16
+
+
+def test_fingerprints_name_what_decides_the_fastest_schedule():
+    rk = load_board("rk3399")
+    cpu = Target.cpu(rk).fingerprint()
+    assert cpu == {
+        "family": "cpu",
+        "arch": "aarch64",
+        "model": rk.cpu,
+        "isa_flags": [f for f in rk.toolchain.cflags if f.startswith("-m")],
+        "vector_bits": rk.vector_bits,
+        "cores": rk.cores,
+    }
+    gpu = Target.opencl(rk).fingerprint()
+    assert gpu == {
+        "family": "opencl",
+        "device": rk.opencl.device,
+        "compute_units": 4,
+        "version": "1.2",
+    }
+    assert json.loads(json.dumps(cpu)) == cpu  # records store them as JSON

@@ -23,13 +23,15 @@ ERRORS = ("compile_error", "runtime_error", "timeout", "wrong_answer", "invalid"
 def make_record(
     board, task, index: int, knobs: dict, costs: list, error: str | None, device=None
 ) -> dict:
-    """``device``: the pool device (``user@host:port``) that measured it, for a remote board."""
+    """``device``: the pool device (``user@host:port``) that measured it, for a remote board.
+    The record carries the fingerprint of the task's target (``Target.fingerprint``)."""
     result = {"costs": costs, "error": error, "timestamp": round(time.time(), 3)}
     if device:
         result["device"] = device
     return {
         "version": VERSION,
         "board": {"name": board.name, "cpu": board.cpu, "arch": board.arch},
+        "target": task.target.fingerprint(),
         "task": {"template": task.template, "key": task.key, "flops": task.flops},
         "config": {"index": index, "knobs": knobs},
         "result": result,
