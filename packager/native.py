@@ -93,17 +93,26 @@ def static_enabled(bundle: Path) -> bool:
 STATIC_THREAD_LIBS = ["-Wl,--whole-archive", "-lpthread", "-Wl,--no-whole-archive"]
 
 
-def link_args(bundle: Path) -> list[str]:
-    """What follows the objects on run_bundle's link line, as CMakeLists.txt links it."""
-    if not static_enabled(bundle):
-        return (["-lOpenCL"] if opencl_enabled(bundle) else []) + ["-lm", "-lpthread"]
-    if opencl_enabled(bundle):
+def link_libraries(static: bool, opencl: bool = False) -> list[str]:
+    """What follows the objects on a link line for the board's runtime: ``static`` is the
+    profile's ``toolchain.link: static`` (Toolchain.static)."""
+    if not static:
+        return (["-lOpenCL"] if opencl else []) + ["-lm", "-lpthread"]
+    if opencl:
         raise PackagerError(
-            f"{bundle / 'bundle.cmake'}: PK_STATIC and PK_OPENCL cannot go together: the "
-            "OpenCL loader opens the GPU driver with dlopen, which a static executable "
-            "cannot do (link the board's bundles dynamically: toolchain.link: dynamic)"
+            "PK_STATIC and PK_OPENCL cannot go together: the OpenCL loader opens the GPU "
+            "driver with dlopen, which a static executable cannot do (link the board's "
+            "bundles dynamically: toolchain.link: dynamic)"
         )
     return ["-static", "-lm", *STATIC_THREAD_LIBS]
+
+
+def link_args(bundle: Path) -> list[str]:
+    """run_bundle's libraries, as CMakeLists.txt links them from bundle.cmake's settings."""
+    try:
+        return link_libraries(static_enabled(bundle), opencl_enabled(bundle))
+    except PackagerError as e:
+        raise PackagerError(f"{bundle / 'bundle.cmake'}: {e}") from None
 
 
 def build_run_bundle(bundle: Path, cc: str = "cc", cflags=CFLAGS, jobs: int | None = None) -> Path:
