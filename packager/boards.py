@@ -40,6 +40,11 @@ class Toolchain:
     cflags: tuple[str, ...]
     sysroot: str | None = None
     build_on_device: bool = False
+    link: str = "dynamic"
+
+    @property
+    def static(self) -> bool:
+        return self.link == "static"
 
 
 @dataclass(frozen=True)
@@ -196,6 +201,18 @@ TOOLCHAIN_FIELDS: tuple[Field, ...] = (
         "Build the bundle on the board with its own `cc` and `cmake` instead of "
         "cross-compiling on the host.",
         default=False,
+    ),
+    Field(
+        "link",
+        "str",
+        "How `run_bundle` is linked. `static`: with `-static`, so it needs no C library on "
+        "the board and runs on any Linux of its arch, whatever glibc the board has (a cross "
+        "compiler's glibc is often newer than the board's: Debian 12's needs GLIBC_2.34, "
+        "Raspberry Pi OS Bullseye has 2.31). `dynamic`: against the shared C library. "
+        "Not `static` with an `opencl` section (the OpenCL loader opens the GPU driver "
+        "with `dlopen`).",
+        default="dynamic",
+        allowed=("dynamic", "static"),
     ),
 )
 
@@ -385,6 +402,7 @@ def check_board_file(path: str | os.PathLike) -> Board:
         )
     if values["opencl"] is not None:
         _check_opencl(values["opencl"], shown)
+        _check_static_opencl(values["toolchain"], shown)
     if values["connection"] is not None:
         values["connections"] = (values["connection"],)
     values["connection"] = values["connections"][0] if values["connections"] else None
@@ -405,6 +423,19 @@ def _check_opencl(oc: OpenCL, shown: str) -> None:
                 f"{at}[{i}]",
                 f"{size} is more than max_work_group_size ({oc.max_work_group_size})",
             )
+
+
+def _check_static_opencl(tc: Toolchain, shown: str) -> None:
+    """A static executable cannot load a shared library: the OpenCL ICD loader finds the
+    GPU driver with dlopen, so a board with an OpenCL GPU links dynamically."""
+    if tc.static:
+        raise _error(
+            shown,
+            "toolchain.link",
+            "'static' cannot go with an 'opencl' section: the OpenCL loader (libOpenCL) "
+            "opens the GPU driver with dlopen, which a static executable cannot do; "
+            "set link: dynamic, or remove the opencl section to run on the CPU only",
+        )
 
 
 def _profile_files() -> dict[str, Path]:

@@ -146,9 +146,12 @@ def runtime_settings(compiled) -> str:
     return (
         "# Runtime settings from the board profile, read by CMakeLists.txt (and by the\n"
         "# packager's own builds). PK_NUM_THREADS 1 builds without pthreads; PK_OPENCL ON\n"
-        "# builds the OpenCL backend (the bundle has OpenCL kernels).\n"
+        "# builds the OpenCL backend (the bundle has OpenCL kernels); PK_STATIC ON links\n"
+        "# run_bundle with -static (the profile's toolchain.link).\n"
         f"set(PK_NUM_THREADS {compiled.threads})\n"
-        f'set(PK_PIN_CORES "{pins}")\n' + ("set(PK_OPENCL ON)\n" if opencl else "")
+        f'set(PK_PIN_CORES "{pins}")\n'
+        + ("set(PK_OPENCL ON)\n" if opencl else "")
+        + ("set(PK_STATIC ON)\n" if compiled.static else "")
     )
 
 

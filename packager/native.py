@@ -81,6 +81,40 @@ def opencl_flags(bundle: Path) -> list[str]:
     return ["-DPK_OPENCL", "-DCL_TARGET_OPENCL_VERSION=120"] if opencl_enabled(bundle) else []
 
 
+def static_enabled(bundle: Path) -> bool:
+    """Whether bundle.cmake asks for a static run_bundle (``set(PK_STATIC ON)``)."""
+    path = bundle / "bundle.cmake"
+    return path.exists() and re.search(r"set\(PK_STATIC ON\)", path.read_text()) is not None
+
+
+# libpthread whole: with a glibc before 2.34 (a board's own sysroot), a static link that
+# takes only the members it sees referenced misses pthread functions libc calls through
+# weak references. From 2.34 on libpthread.a is empty and this changes nothing.
+STATIC_THREAD_LIBS = ["-Wl,--whole-archive", "-lpthread", "-Wl,--no-whole-archive"]
+
+
+def link_libraries(static: bool, opencl: bool = False) -> list[str]:
+    """What follows the objects on a link line for the board's runtime: ``static`` is the
+    profile's ``toolchain.link: static`` (Toolchain.static)."""
+    if not static:
+        return (["-lOpenCL"] if opencl else []) + ["-lm", "-lpthread"]
+    if opencl:
+        raise PackagerError(
+            "PK_STATIC and PK_OPENCL cannot go together: the OpenCL loader opens the GPU "
+            "driver with dlopen, which a static executable cannot do (link the board's "
+            "bundles dynamically: toolchain.link: dynamic)"
+        )
+    return ["-static", "-lm", *STATIC_THREAD_LIBS]
+
+
+def link_args(bundle: Path) -> list[str]:
+    """run_bundle's libraries, as CMakeLists.txt links them from bundle.cmake's settings."""
+    try:
+        return link_libraries(static_enabled(bundle), opencl_enabled(bundle))
+    except PackagerError as e:
+        raise PackagerError(f"{bundle / 'bundle.cmake'}: {e}") from None
+
+
 def build_run_bundle(bundle: Path, cc: str = "cc", cflags=CFLAGS, jobs: int | None = None) -> Path:
     """Compile the bundle's kernels and runtime and link ``bundle/build/run_bundle``."""
     rt = bundle / "runtime"
@@ -88,10 +122,9 @@ def build_run_bundle(bundle: Path, cc: str = "cc", cflags=CFLAGS, jobs: int | No
     salt = _headers_digest(includes)
     sources = sorted((bundle / "kernels").glob("*.c")) + sorted((rt / "src").glob("*.c"))
     sources += sorted((rt / "tools").glob("*.c"))
-    libs = ["-lm", "-lpthread"]
+    libs = link_args(bundle)
     if opencl_enabled(bundle):
         sources += sorted((rt / "src" / "backends").glob("*.c"))
-        libs.insert(0, "-lOpenCL")
     flags = list(cflags) + thread_flags(bundle) + opencl_flags(bundle)
     with ThreadPoolExecutor(jobs or os.cpu_count() or 2) as pool:
         objs = list(pool.map(lambda s: compile_object(s, cc, flags, includes, salt), sources))

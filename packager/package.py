@@ -39,6 +39,7 @@ class Compiled:
     funcs: list[str]  # per node, the kernel it calls
     threads: int = 1  # the runtime's default thread count (the board's cores)
     pin_cores: tuple[int, ...] = ()  # cores the threads run on (big cores), if any
+    static: bool = False  # run_bundle linked with -static (the profile's toolchain.link)
 
 
 def prepare_graph(
@@ -100,7 +101,8 @@ def compile_model(
     say(f"generated {len(kernels)} kernels ({time.perf_counter() - t0:.1f}s)")
     if gpu is not None:
         say(placement_summary(kernels, funcs))
-    return Compiled(graph, plan, kernels, funcs, target.cores, target.big_cores)
+    static = board is not None and board.toolchain.static
+    return Compiled(graph, plan, kernels, funcs, target.cores, target.big_cores, static)
 
 
 def placement_summary(kernels: list[Kernel], funcs: list[str]) -> str:
