@@ -96,11 +96,22 @@ def _io(items: list[dict]) -> str:
 
 
 def _target_facts(m: dict) -> str:
+    """The manifest's target fingerprints where recorded, else those of the board profile
+    of that name as it is now (said so: it may have changed since the build)."""
     targets = m.get("targets") or m.get("target")
-    if not targets:
-        return "not recorded in this bundle"
-    items = targets if isinstance(targets, list) else [targets]
-    return "; ".join(_compact(t) for t in items)
+    if targets:
+        items = targets if isinstance(targets, list) else [targets]
+        return "; ".join(_compact(t) for t in items)
+    from ..boards import load_board
+    from ..target import targets_of
+
+    name = m.get("board", {}).get("name", "")
+    try:
+        now = [t.fingerprint() for t in targets_of(load_board(name))]
+    except PackagerError:
+        return "not recorded in this bundle (and no board profile named " + repr(name) + ")"
+    facts = "; ".join(_compact(t) for t in now)
+    return f"{facts} (from the board profile {name} now: the bundle does not record them)"
 
 
 def _tuning(m: dict) -> str:
@@ -238,9 +249,12 @@ def task_label(task: dict) -> str:
     tuner's form, else the template's name."""
     try:
         key = json.loads(task["key"])
-        members = key[0][1] if key[0][0] == "fused" else [key[0]]
-        ops = "+".join(m[0] for m in members)
-        shape = "x".join(str(d) for d in key[1][0][0])
-        return f"{ops} {shape}"
+        head, inputs = key[0], key[1]
+        members = head[1] if head[0] == "fused" else [head]
+        ops = [m[0] for m in members]
+        shape = inputs[0][0]
+        if all(isinstance(op, str) for op in ops) and all(isinstance(d, int) for d in shape):
+            return f"{'+'.join(ops)} {'x'.join(map(str, shape))}"
     except (ValueError, TypeError, IndexError, KeyError):
-        return str(task.get("template", "?"))
+        pass
+    return str(task.get("template", "?"))
