@@ -208,12 +208,16 @@ def test_refusals(bundle, cli, tmp_path):
     code, _, err = cli("report", tmp_path, "-o", tmp_path / "r.html")
     assert code == 2 and f"{tmp_path}: not a bundle" in err, err
     prof = tmp_path / "prof.json"
-    write_profile(bundle, prof)
+    funcs = write_profile(bundle, prof)
     doc = json.loads(prof.read_text())
     doc["kernels"][0]["func"] = "k_99_other"
     prof.write_text(json.dumps(doc))
     code, _, err = cli("report", bundle, "-o", tmp_path / "r.html", "--profile", prof)
     assert code == 2 and "kernel k_99_other is not in" in err and "another bundle" in err, err
+    doc["kernels"][0]["func"], doc["kernels"][0]["median_ms"] = funcs[0], "slow"
+    prof.write_text(json.dumps(doc))
+    code, _, err = cli("report", bundle, "-o", tmp_path / "r.html", "--profile", prof)
+    assert code == 2 and "kernels[0]: median_ms and share must be numbers" in err, err
     prof.write_text('{"version": 2}')
     code, _, err = cli("report", bundle, "-o", tmp_path / "r.html", "--profile", prof)
     assert code == 2 and f"--profile {prof}: not a version 1 profile" in err, err

@@ -146,6 +146,16 @@ class PlanTensor:
 
 def arena_tensors(b: Bundle) -> list[PlanTensor]:
     """Every arena entry of graph.json, in the order written."""
+    try:
+        return _arena_tensors(b)
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        raise PackagerError(
+            f"{b.path / 'graph.json'}: not the graph.json `packager build` writes "
+            f"({type(e).__name__}: {e}); rebuild the bundle"
+        ) from None
+
+
+def _arena_tensors(b: Bundle) -> list[PlanTensor]:
     g = b.graph
     nodes, row_ptr, attrs = g["nodes"], g["node_row_ptr"], g["attrs"]
     step_of = {i: s for s, i in enumerate(k for k, n in enumerate(nodes) if n["op"] == "kernel")}
@@ -201,6 +211,10 @@ def load_profile(path: str | Path, b: Bundle) -> dict:
         missing = [k for k in PROFILE_KEYS if not isinstance(row, dict) or k not in row]
         if missing:
             raise PackagerError(f"--profile {path}: kernels[{n}] lacks {', '.join(missing)}")
+        if not all(isinstance(row[k], (int, float)) for k in ("median_ms", "share")):
+            raise PackagerError(
+                f"--profile {path}: kernels[{n}]: median_ms and share must be numbers"
+            )
         if row["func"] not in funcs:
             raise PackagerError(
                 f"--profile {path}: kernel {row['func']} is not in {b.path}/graph.json: the "
