@@ -31,6 +31,7 @@ EPILOG = """examples:
   packager boards --ping rpi4
   packager inspect model.onnx --input-shape data=1,3,224,224
   packager boards --check my_board.yaml
+  packager report out/m -o m.html --profile prof.json --tuning-log tune.jsonl
 """
 
 
@@ -99,6 +100,13 @@ def inspect_plan(args) -> int:
     if args.plan_png:
         write_bytes_atomic(Path(args.plan_png), plan_report.plan_png(c.graph, c.plan))
         print(f"wrote {args.plan_png}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .report import write_report
+
+    print(write_report(args.bundle, args.output, args.profile, args.tuning_log))
     return 0
 
 
@@ -251,6 +259,8 @@ def make_parser() -> argparse.ArgumentParser:
     i.add_argument("--board", default="host", help=f"with --plan: the {BOARD_HELP} (default host)")
     i.set_defaults(fn=cmd_inspect)
 
+    add_report_parser(sub)
+
     bo = sub.add_parser(
         "boards",
         help="list board profiles or check one",
@@ -268,6 +278,38 @@ def make_parser() -> argparse.ArgumentParser:
     add_connection_options(bo)
     bo.set_defaults(fn=cmd_boards)
     return p
+
+
+def add_report_parser(sub) -> None:
+    rp = sub.add_parser(
+        "report",
+        help="write an HTML page about a bundle: build facts, layer times, memory plan, tuning",
+        description="Write one self-contained HTML page (inline CSS and SVG charts, no "
+        "scripts, no network) about BUNDLE: the board and build facts from its manifest.json "
+        "and graph.json; the per-layer times of --profile as bars, slowest first (kernel, "
+        "fused ops, ms, share, GFLOP/s); the memory plan (each arena tensor over the kernel "
+        "calls it is alive and its byte range, coloured by op kind, names on hover); and, per "
+        "task of the --tuning-log files, the best effective GFLOP/s so far against the trial "
+        "number. Needs matplotlib (pip install packager[report]). The page is written whole "
+        "(temporary file, then rename); an existing -o is replaced only if it is a report "
+        "this command wrote; nothing is written into the bundle.",
+    )
+    rp.add_argument("bundle", metavar="BUNDLE", help="bundle directory made by `packager build`")
+    rp.add_argument("-o", "--output", required=True, metavar="REPORT.html", help="the page")
+    rp.add_argument(
+        "--profile",
+        metavar="PROFILE.json",
+        help="per-layer profile of this bundle, as `run_bundle BUNDLE --repeat 20 "
+        "--profile-json PROFILE.json` writes it (without it the page says how to get one)",
+    )
+    rp.add_argument(
+        "--tuning-log",
+        action="append",
+        default=[],
+        metavar="LOG",
+        help="tuning log (.jsonl from `packager tune`) to draw curves of (repeatable)",
+    )
+    rp.set_defaults(fn=cmd_report)
 
 
 class Interrupted(KeyboardInterrupt):

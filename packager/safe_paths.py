@@ -2,8 +2,9 @@
 
 The packager deletes only what it wrote itself: ``build -o OUT`` replaces OUT only when
 OUT is a bundle (a directory whose manifest.json says ``"format": "packager-bundle"``),
-and every other output (run's .npy files, tune's log, inspect's PNG) is written beside
-what is there, never over something of another kind. Files appear whole or not at all:
+and every other output (run's .npy files, tune's log, inspect's PNG, report's HTML) is
+written beside what is there, never over something of another kind. Files appear whole or
+not at all:
 each is written to a temporary name in the same directory and renamed, with SIGINT and
 SIGTERM held back while the rename (and the removal of the temporaries) happens.
 """
@@ -25,6 +26,7 @@ from .errors import PackagerError
 BUNDLE_FORMAT = "packager-bundle"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 LOG_RECORD_KEYS = ("version", "task", "config", "result")
+REPORT_MARKER = '<meta name="generator" content="packager report">'  # in every report's head
 _UMASK = os.umask(0o022)  # read it (there is no other way), then put it back
 os.umask(_UMASK)
 
@@ -129,6 +131,28 @@ def check_png_file(path: str | os.PathLike, option: str = "--plan-png") -> Path:
                     f"{option} {path}: exists and is not a PNG image; refusing to "
                     f"overwrite it; give a new file name"
                 )
+    return p
+
+
+def check_report_file(path: str | os.PathLike, bundle: Path, option: str = "-o") -> Path:
+    """An HTML report to (re)write: missing, empty, or a report the packager wrote (its
+    head has REPORT_MARKER), and outside the bundle it describes."""
+    p = Path(path)
+    if p.is_dir():
+        raise PackagerError(f"{option} {path}: is a directory; give an .html file name")
+    if _contains(bundle.resolve(), p.parent.resolve() / p.name):
+        raise PackagerError(
+            f"{option} {path}: is inside the bundle {bundle}; the report never writes into "
+            f"a bundle (its files are checked against manifest.json); give a path outside it"
+        )
+    if p.exists() and p.stat().st_size:
+        with open(p, "rb") as f:
+            head = f.read(4096)
+        if REPORT_MARKER.encode() not in head:
+            raise PackagerError(
+                f"{option} {path}: exists and is not a report written by `packager report`; "
+                f"refusing to overwrite it; give a new file name"
+            )
     return p
 
 

@@ -12,10 +12,10 @@ python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need_apt+=(python3-venv)
 # compilers (their libc is the sysroot that qemu-user -L points at); clang and its
 # libFuzzer runtime for the runtime's fuzzers (bench/fuzz.py, tests/test_fuzz.py); PoCL, the
 # CPU OpenCL implementation, with the ICD loader and headers (the host-opencl board, clinfo to
-# see what it reports).
+# see what it reports); headless Chromium to render `packager report`'s page in its test.
 for pkg in openssh-server qemu-user gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf \
   libc6-dev-arm64-cross libc6-dev-armhf-cross clang libclang-rt-14-dev \
-  pocl-opencl-icd ocl-icd-opencl-dev opencl-c-headers clinfo; do
+  pocl-opencl-icd ocl-icd-opencl-dev opencl-c-headers clinfo chromium; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -35,7 +35,7 @@ fi
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   echo "setup: installing Python dependencies into .venv (log: .venv/install.log)"
-  if ! { .venv/bin/pip install --upgrade pip && .venv/bin/pip install -e ".[test]"; } \
+  if ! { .venv/bin/pip install --upgrade pip && .venv/bin/pip install -e ".[test,report]"; } \
       > .venv/install.log 2>&1; then
     tail -n 40 .venv/install.log >&2
     exit 1

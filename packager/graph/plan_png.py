@@ -1,5 +1,7 @@
 """A picture of a memory plan: x is the step (kernel call), y the arena offset, one
-rectangle per arena tensor, labelled with its row number in ``inspect --plan``'s table.
+rectangle per arena tensor, coloured by the kind of op that writes it (a legend on the
+right names the kinds) and labelled with the tensor's name where it fits, else with its
+row number in ``inspect --plan``'s table.
 
 Drawn into a numpy RGB array with a built-in 3x5 pixel font and written as a PNG with
 zlib (no plotting library: the packager does not depend on one).
@@ -14,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 WIDTH, HEIGHT = 960, 540
-LEFT, RIGHT, TOP, BOTTOM = 64, 16, 36, 40  # margins around the plot area
+LEFT, RIGHT, TOP, BOTTOM = 64, 16, 36, 40  # margins around the plot area (and legend)
+SWATCH = 12  # legend colour squares, pixels
 SCALE = 2  # font pixels per glyph pixel
 
 # 3x5 glyphs, rows top to bottom; text is drawn upper-case.
@@ -34,18 +37,20 @@ _GLYPHS = {
     ".": "000000000000010", "-": "000000111000000", ":": "000010000010000",
     "/": "001001010100100", "(": "010100100100010", ")": "010001001001010",
     "=": "000111000111000", ",": "000000000010100", " ": "000000000000000",
+    "_": "000000000000111", "+": "000010111010000", "#": "101111101111101",
 }  # fmt: skip
 _ADVANCE = 4 * SCALE
 
 
 @dataclass(frozen=True)
 class Rect:
-    label: str
+    label: str  # drawn where it fits
     first: int  # first step
     last: int  # last step (inclusive)
     offset: int  # bytes
     size: int  # bytes
-    color: int  # rectangles with the same color key share a color (a storage)
+    color: int  # index into the legend: rectangles of one kind share a colour
+    short: str = ""  # drawn instead where ``label`` does not fit
 
 
 def text_width(text: str) -> int:
@@ -63,8 +68,8 @@ def draw_text(img: np.ndarray, x: int, y: int, text: str, color=(0, 0, 0)) -> No
         x += _ADVANCE
 
 
-def _color(key: int) -> np.ndarray:
-    """A pastel color per key (golden-ratio hues: neighbours differ)."""
+def color(key: int) -> np.ndarray:
+    """A pastel colour per key (golden-ratio hues: neighbours differ), as RGB uint8."""
     h = (key * 0.618033988749895) % 1.0
     rgb = np.clip(np.abs(((h * 6 + np.array([0, 4, 2])) % 6) - 3) - 1, 0, 1)
     return (150 + 90 * rgb).astype(np.uint8)
@@ -84,26 +89,45 @@ def _unit(arena: int) -> tuple[str, int]:
     return ("MIB", 1 << 20) if arena >= 4 << 20 else ("KIB", 1 << 10)
 
 
-def draw_plan(rects: list[Rect], steps: int, arena: int, title: str) -> bytes:
-    """The PNG file's bytes."""
+def draw_plan(
+    rects: list[Rect], steps: int, arena: int, title: str, legend: list[str] = ()
+) -> bytes:
+    """The PNG file's bytes. ``legend``: the name of each colour key, drawn on the right."""
     img = np.full((HEIGHT, WIDTH, 3), 255, dtype=np.uint8)
-    x0, x1, y0, y1 = LEFT, WIDTH - RIGHT, TOP, HEIGHT - BOTTOM
+    right = WIDTH - RIGHT - _legend_width(legend)
+    x0, x1, y0, y1 = LEFT, right, TOP, HEIGHT - BOTTOM
     sx = (x1 - x0) / max(steps, 1)
     sy = (y1 - y0) / max(arena, 1)
-    _axes(img, steps, arena, sx, sy)
+    _axes(img, steps, arena, sx, sy, x1)
+    _legend(img, legend, x1 + 16, y0)
     boxes = [_box(r, sx, sy) for r in rects]
     for r, (left, right, top, bottom) in zip(rects, boxes, strict=True):
-        img[top:bottom, left:right] = _color(r.color)
-        edge = (_color(r.color) * 0.55).astype(np.uint8)
+        img[top:bottom, left:right] = color(r.color)
+        edge = (color(r.color) * 0.55).astype(np.uint8)
         img[top, left:right] = img[bottom - 1, left:right] = edge
         img[top:bottom, left] = img[top:bottom, right - 1] = edge
     # Labels last, so that no box hides one.
     for r, (left, right, top, bottom) in zip(rects, boxes, strict=True):
-        if right - left >= text_width(r.label) + 4 and bottom - top >= 5 * SCALE + 4:
-            tx = (left + right - text_width(r.label)) // 2
-            draw_text(img, tx, (top + bottom) // 2 - 5 * SCALE // 2, r.label)
+        fits = [t for t in (r.label, r.short) if t and right - left >= text_width(t) + 4]
+        if fits and bottom - top >= 5 * SCALE + 4:
+            tx = (left + right - text_width(fits[0])) // 2
+            draw_text(img, tx, (top + bottom) // 2 - 5 * SCALE // 2, fits[0])
     draw_text(img, x0, 6, title)
     return encode_png(img)
+
+
+def _legend_width(legend: list[str]) -> int:
+    if not legend:
+        return 0
+    return 16 + SWATCH + 6 + max(text_width(name) for name in legend)
+
+
+def _legend(img: np.ndarray, legend: list[str], x: int, y: int) -> None:
+    """One colour square and name per key, top to bottom."""
+    for key, name in enumerate(legend):
+        top = y + key * (SWATCH + 6)
+        img[top : top + SWATCH, x : x + SWATCH] = color(key)
+        draw_text(img, x + SWATCH + 6, top + (SWATCH - 5 * SCALE) // 2, name)
 
 
 def _box(r: Rect, sx: float, sy: float) -> tuple[int, int, int, int]:
@@ -117,8 +141,8 @@ def _box(r: Rect, sx: float, sy: float) -> tuple[int, int, int, int]:
     return left, right, top, max(bottom, top + 1)
 
 
-def _axes(img: np.ndarray, steps: int, arena: int, sx: float, sy: float) -> None:
-    x0, x1, y0, y1 = LEFT, WIDTH - RIGHT, TOP, HEIGHT - BOTTOM
+def _axes(img: np.ndarray, steps: int, arena: int, sx: float, sy: float, x1: int) -> None:
+    x0, y0, y1 = LEFT, TOP, HEIGHT - BOTTOM
     grey, dark = (225, 225, 225), (90, 90, 90)
     name, unit = _unit(arena)
     for t in _ticks(arena // unit or 1):

@@ -133,18 +133,22 @@ def placement_lines(funcs: list[str], placement: dict) -> list[str]:
 
 
 def plan_png(graph: Graph, plan: MemoryPlan) -> bytes:
-    """The picture of ``inspect --plan-png``: rectangles labelled with the table's #."""
+    """The picture of ``inspect --plan-png``: rectangles coloured by the kind of op that
+    writes them (legend), labelled with the tensor's name, else the table's #."""
+    writer = {name: node for node in graph.nodes for name in node.outputs}
+    kinds: dict[str, int] = {}  # op kind -> colour key, in order of first appearance
     rects = []
     for k, (name, (first, last)) in enumerate(plan.lifetimes.items()):
         sid = plan.storage_of[name]
         size = align(graph.values[name].nbytes)
-        rects.append(Rect(str(k), first, last, plan.storage[sid]["offset"], size, sid))
+        key = kinds.setdefault(group_ops(writer[name])[0], len(kinds))
+        rects.append(Rect(name, first, last, plan.storage[sid]["offset"], size, key, str(k)))
     stats = plan_stats(graph, plan, 0)
     title = (
         f"{graph.name}: arena {_mib(plan.arena_bytes)}, live bound "
         f"{_mib(stats['live_lower_bound_bytes'])}, no reuse {_mib(stats['no_reuse_bytes'])}"
     )
-    return draw_plan(rects, len(graph.nodes), plan.arena_bytes, title)
+    return draw_plan(rects, len(graph.nodes), plan.arena_bytes, title, list(kinds))
 
 
 def _mib(n: int) -> str:
