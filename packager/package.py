@@ -113,10 +113,10 @@ def placement_summary(kernels: list[Kernel], funcs: list[str]) -> str:
 
 
 def memory_bytes(board: Board) -> int | None:
-    """The board's memory: its profile's ``memory_mb``, else this machine's when the board
+    """The board's memory: its profile's ``ram_mb``, else this machine's when the board
     is the local machine, else unknown."""
-    if board.memory_mb is not None:
-        return board.memory_mb << 20
+    if board.ram_mb is not None:
+        return board.ram_mb << 20
     if not board.is_local:
         return None
     try:
