@@ -219,7 +219,7 @@ def package(
         lambda tmp: write_bundle_files(tmp, compiled, manifest, tests, extra),
         (model_path,),
     )
-    say(build_summary(out, time.perf_counter() - t0, compiled.kernels, memory))
+    say(build_summary(out_dir, time.perf_counter() - t0, compiled.kernels, memory))
     return out
 
 
@@ -227,7 +227,7 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
-def build_summary(out: Path, seconds: float, kernels: list[Kernel], memory: dict) -> str:
+def build_summary(out: str, seconds: float, kernels: list[Kernel], memory: dict) -> str:
     """The build's last line: time, kernels by device, and the memory it needs."""
     devices = [k.device for k in kernels]
     return (
