@@ -28,6 +28,8 @@ class Progress:
 
     def update(self, trials: int, best: float) -> None:
         """After a batch: trials so far, the best speed in the task's unit."""
+        if not self.tty and trials >= self.total:
+            return  # finish() gives the same line, with why the task stopped
         spent = time.monotonic() - self.t0
         left = spent / trials * (self.total - trials) if trials else 0.0
         self._show(trials, best, f"ETA {_fmt_s(left)}", final=False)
