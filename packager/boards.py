@@ -94,7 +94,7 @@ class Board:
     big_cores: tuple[int, ...] = ()
     cache: Cache | None = None
     opencl: OpenCL | None = None
-    memory_mb: int | None = None
+    ram_mb: int | None = None
     # ``connections`` holds every way to reach the board (a pool); ``connection`` is its
     # first entry, for code that needs just one. Both empty for the local machine.
     connection: Connection | None = None
@@ -323,10 +323,11 @@ SCHEMA: tuple[Field, ...] = (
         make=OpenCL,
     ),
     Field(
-        "memory_mb",
+        "ram_mb",
         "int",
-        "Memory of the board in MiB: a model tensor larger than this is refused at build "
-        "time. Absent: the local machine's memory, no limit for a remote board.",
+        "RAM of the board in MiB: a build whose peak memory estimate (parameters, tensor "
+        "arena, inputs and outputs, the runtime's own) exceeds it is refused. Absent: the "
+        "local machine's memory, no limit for a remote board.",
         min=1,
     ),
     Field(
@@ -517,10 +518,16 @@ def _join(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix else key
 
 
+# Keys an older profile may still use: old name -> new name (refused with a hint).
+RENAMED = {"memory_mb": "ram_mb"}
+
+
 def _check_mapping(fields: tuple[Field, ...], data: dict, at: str, shown: str) -> dict:
     """Check ``data`` against ``fields``; return every field's value, defaults filled in."""
     known = {f.key: f for f in fields}
     for key in data:
+        if key in RENAMED and RENAMED[key] in known:
+            raise _error(shown, at, f"{key!r} is now called {RENAMED[key]!r}: rename the key")
         if key not in known:
             raise _error(shown, at, f"unknown key {key!r} (known: {', '.join(known)})")
     values = {}

@@ -26,7 +26,7 @@ from .graph.memory import MemoryPlan
 from .graph.plan_report import plan_stats
 from .lowering import Kernel
 from .names import safe_name
-from .params_file import write_params
+from .params_file import file_size, write_params
 from .safe_paths import check_bundle_output, remove_quietly, signals_held
 
 C_RUNTIME = resources.c_runtime()
@@ -153,6 +153,30 @@ def runtime_settings(compiled) -> str:
         + ("set(PK_OPENCL ON)\n" if opencl else "")
         + ("set(PK_STATIC ON)\n" if compiled.static else "")
     )
+
+
+# What the runtime holds besides params, arena and I/O, measured as run_bundle's peak
+# resident size on a one-node model: its code, the C library, the thread pool's stacks.
+RUNTIME_FIXED_BYTES = 2 << 20
+
+
+def memory_estimate(compiled) -> dict:
+    """manifest.json's ``memory``: the bytes the runtime needs to run the bundle once.
+
+    params.bin is read whole; the arena holds every intermediate tensor; the caller (or
+    run_bundle) keeps its inputs and outputs in buffers of its own; graph.json is read
+    whole and parsed into tables about as large again (counted twice, with
+    RUNTIME_FIXED_BYTES, in ``peak_bytes``). Kernel temporaries (pk_scratch: padded
+    inputs, Winograd tiles) are not counted."""
+    graph, plan = compiled.graph, compiled.plan
+    devices = {k.func: k.device for k in compiled.kernels if k.device != "cpu"}
+    text = json.dumps(graph_json(graph, compiled.funcs, plan, devices), indent=1)
+    consts = [(v.name, v.shape, np_dtype(v.dtype).itemsize) for v in graph.consts()]
+    io = sum(graph.values[n].nbytes for n in [*graph.inputs, *graph.outputs])
+    memory = {"params_bytes": file_size(consts), "arena_bytes": plan.arena_bytes, "io_bytes": io}
+    runtime = 2 * len(text) + RUNTIME_FIXED_BYTES
+    memory["peak_bytes"] = sum(memory.values()) + runtime
+    return memory
 
 
 def sha256_file(path: Path) -> str:

@@ -16,7 +16,13 @@ import traceback
 from pathlib import Path
 
 from . import __version__
-from .cli_args import BOARD_HELP, add_connection_options, add_verify_option, input_shapes, log
+from .cli_args import (
+    BOARD_HELP,
+    Console,
+    add_connection_options,
+    add_verify_option,
+    input_shapes,
+)
 from .cli_remote import add_parsers as add_board_parsers
 from .errors import PackagerError
 from .graph.conv_algorithms import ALGORITHMS
@@ -41,15 +47,21 @@ def cmd_build(args) -> int:
 
     check_bundle_output(args.output, (args.model,))
     board = load_board(args.board)
-    out = package(
-        args.model,
-        board,
-        args.output,
-        input_shapes(args),
-        log=log,
-        tuning_logs=args.tuning_log,
-        conv_algorithm=args.conv_algorithm,
-    )
+    console = Console()
+    try:
+        out = package(
+            args.model,
+            board,
+            args.output,
+            input_shapes(args),
+            log=console.log,
+            tuning_logs=args.tuning_log,
+            conv_algorithm=args.conv_algorithm,
+            progress=console.progress,
+            verbose=args.verbose,
+        )
+    finally:
+        console.clear()  # an error message must not share the progress line
     print(out)
     return 0
 
@@ -182,6 +194,12 @@ def make_parser() -> argparse.ArgumentParser:
         "channels). Winograd "
         "does fewer multiplies; its rounding error is up to ~1e-5 of an output's scale "
         "for winograd_4 (direct and winograd_2: ~1e-6)",
+    )
+    b.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also list each tunable kernel left with its default schedule, and why",
     )
     b.set_defaults(fn=cmd_build)
     add_tune_parser(sub)

@@ -62,6 +62,34 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+class Console:
+    """Messages and progress on stderr. A terminal gets progress as one line redrawn in
+    place (cleared before a message takes its place); a file or a pipe gets none of it,
+    so logs hold the messages only."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.tty = getattr(self.stream, "isatty", lambda: False)()
+        self.shown = False  # a progress line is on screen
+
+    def log(self, msg: str) -> None:
+        self.clear()
+        print(msg, file=self.stream, flush=True)
+
+    def progress(self, what: str, done: int, total: int) -> None:
+        if not self.tty:
+            return
+        self.stream.write(f"\r\033[K{what} {done}/{total}")
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        """Take the progress line off the screen (before an error is printed)."""
+        if self.shown:
+            self.stream.write("\r\033[K")
+            self.shown = False
+
+
 def add_connection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timeout",

@@ -13,7 +13,7 @@ import onnx
 
 from . import __version__
 from .boards import Board
-from .bundle import write_bundle, write_bundle_files
+from .bundle import memory_estimate, write_bundle, write_bundle_files
 from .errors import PackagerError
 from .frontend.importer import import_onnx, load_model
 from .graph import conv_algorithms
@@ -68,12 +68,13 @@ def compile_model(
     disabled_passes: set[str] | None = None,
     tuning=None,
     conv_algorithm: str | None = None,
+    progress=None,
 ) -> Compiled:
     """``tuning``: a tune.apply.Tuning whose best records replace template defaults and
     choose each conv's algorithm; ``conv_algorithm`` forces one wherever it applies
-    (else, without records, conv_algorithms.default_algorithm decides)."""
+    (else, without records, conv_algorithms.default_algorithm decides). ``progress(what,
+    done, total)`` hears of each node lowered."""
     say = log or (lambda msg: None)
-    t0 = time.perf_counter()
     graph, plan = prepare_graph(model, board, input_shapes, path, disabled_passes, say)
     gpu = Target.opencl(board) if board is not None and board.opencl is not None else None
     if conv_algorithm is not None:
@@ -92,13 +93,12 @@ def compile_model(
         graph,
         plan,
         target=target,
-        progress=_progress(say, "lowering"),
+        progress=(lambda done, total: progress("lowering kernels", done, total))
+        if progress
+        else None,
         knobs_for=tuning.knobs_for if tuning else None,
         gpu=gpu,
     )
-    for line in tuning.report() if tuning else []:
-        say(line)  # never silent about which kernels fell back to defaults
-    say(f"generated {len(kernels)} kernels ({time.perf_counter() - t0:.1f}s)")
     if gpu is not None:
         say(placement_summary(kernels, funcs))
     static = board is not None and board.toolchain.static
@@ -115,10 +115,10 @@ def placement_summary(kernels: list[Kernel], funcs: list[str]) -> str:
 
 
 def memory_bytes(board: Board) -> int | None:
-    """The board's memory: its profile's ``memory_mb``, else this machine's when the board
+    """The board's memory: its profile's ``ram_mb``, else this machine's when the board
     is the local machine, else unknown."""
-    if board.memory_mb is not None:
-        return board.memory_mb << 20
+    if board.ram_mb is not None:
+        return board.ram_mb << 20
     if not board.is_local:
         return None
     try:
@@ -176,10 +176,14 @@ def package(
     log=None,
     tuning_logs=(),
     conv_algorithm: str | None = None,
+    progress=None,
+    verbose: bool = False,
 ) -> Path:
     """Package ``model_path`` for ``board`` into ``out_dir``; returns the bundle path.
     Tuning records apply from ``tuning_logs``, the shipped ``tuning_logs/<board>/`` and the
-    user's (tune.apply.log_files)."""
+    user's (tune.apply.log_files). ``log`` hears a few lines (``verbose``: also each kernel
+    left with its default schedule); ``progress(what, done, total)`` hears of each step.
+    A bundle whose peak memory estimate exceeds the board's memory is refused."""
     from .tune.apply import Tuning, log_files
 
     say = log or (lambda msg: None)
@@ -188,8 +192,19 @@ def package(
     model = load_model(model_path)
     tuning = Tuning(board, log_files(board.name, tuning_logs))
     compiled = compile_model(
-        model, board, input_shapes, model_path, say, tuning=tuning, conv_algorithm=conv_algorithm
+        model,
+        board,
+        input_shapes,
+        model_path,
+        say,
+        tuning=tuning,
+        conv_algorithm=conv_algorithm,
+        progress=progress,
     )
+    for line in tuning.report(f"packager tune {model_path} --board {board.name}", verbose):
+        say(line)  # never silent about kernels left with default schedules
+    memory = memory_estimate(compiled)
+    check_memory(memory, board, model_path)  # before the selftest's minutes, and any file
     tests = make_selftest(model, compiled.graph, path=model_path) if selftest else None
     manifest = {
         "format": "packager-bundle",
@@ -198,6 +213,7 @@ def package(
         "model": {"file": Path(model_path).name, "sha256": _sha256(model_path)},
         "board": {"name": board.name, "arch": board.arch, "cpu": board.cpu},
         "input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
+        "memory": memory,
     }
     extra = {FILE_NAME: toolchain_file(board)} if wants_toolchain_file(board) else {}
     out = write_bundle(
@@ -205,20 +221,44 @@ def package(
         lambda tmp: write_bundle_files(tmp, compiled, manifest, tests, extra),
         (model_path,),
     )
-    say(f"wrote {out} ({time.perf_counter() - t0:.1f}s)")
+    say(build_summary(out_dir, time.perf_counter() - t0, compiled.kernels, memory))
     return out
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def build_summary(out: str, seconds: float, kernels: list[Kernel], memory: dict) -> str:
+    """The build's last line: time, kernels by device, and the memory it needs."""
+    devices = [k.device for k in kernels]
+    return (
+        f"built {out} in {seconds:.1f}s: {len(kernels)} kernels "
+        f"({devices.count('cpu')} cpu, {devices.count('opencl')} opencl), "
+        f"weights {_mb(memory['params_bytes'])}, arena {_mb(memory['arena_bytes'])}, "
+        f"peak memory ~{_mb(memory['peak_bytes'])}"
+    )
+
+
+def check_memory(memory: dict, board: Board, model_path: str) -> None:
+    """Refuse a bundle whose peak memory estimate exceeds the board's memory."""
+    ram = memory_bytes(board)
+    if ram is None or memory["peak_bytes"] <= ram:
+        return
+    whose = f"ram_mb: {board.ram_mb}" if board.ram_mb is not None else "this machine's memory"
+    m = memory
+    runtime = m["peak_bytes"] - m["params_bytes"] - m["arena_bytes"] - m["io_bytes"]
+    raise PackagerError(
+        f"{model_path}: does not fit board {board.name!r}: it needs about "
+        f"{_mib(m['peak_bytes'])} MiB at peak (params {_mib(m['params_bytes'])} + arena "
+        f"{_mib(m['arena_bytes'])} + inputs/outputs {_mib(m['io_bytes'])} + runtime "
+        f"{_mib(runtime)} MiB), more than its {ram >> 20} MiB ({whose})"
+    )
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f}"
 
 
 def _sha256(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def _progress(say, what: str):
-    step = {"next": 0.0}
-
-    def report(done: int, total: int):
-        if total >= 20 and (done / total >= step["next"] or done == total):
-            say(f"{what}: {done}/{total}")
-            step["next"] = done / total + 0.25
-
-    return report

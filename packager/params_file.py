@@ -52,6 +52,15 @@ def _record(name: str, a: np.ndarray) -> bytes:
     return struct.pack("<H", len(raw)) + raw + struct.pack("<BB", code, a.ndim) + dims
 
 
+def file_size(tensors: list[tuple[str, tuple[int, ...], int]]) -> int:
+    """The size write_params gives for tensors (name, shape, bytes per element), computed
+    without their data."""
+    end = HEADER.size + sum(2 + len(n.encode("utf-8")) + 2 + 8 * len(s) + 16 for n, s, _ in tensors)
+    for _, shape, itemsize in tensors:
+        end = _align(end) + int(np.prod(shape, dtype=object)) * itemsize
+    return end
+
+
 def write_params(tensors: list[tuple[str, np.ndarray]]) -> bytes:
     """The params.bin image of ``tensors`` (name, array), in the given order."""
     names = [n for n, _ in tensors]

@@ -515,8 +515,8 @@ def board_file(directory: Path) -> Path:
 
     text = (ROOT / "board_profiles" / "host.yaml").read_text()
     text = text.replace("name: host", "name: mutant_host")
-    if "memory_mb" in schema_keys():
-        text += f"memory_mb: {BOARD_MEMORY_MB}\n"
+    if "ram_mb" in schema_keys():
+        text += f"ram_mb: {BOARD_MEMORY_MB}\n"
     path = Path(directory) / "mutant_host.yaml"
     path.write_text(text)
     return path

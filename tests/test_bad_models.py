@@ -49,10 +49,10 @@ def build(cli, tmp_path):
     return run
 
 
-def small_board(tmp_path, memory_mb: int) -> Path:
+def small_board(tmp_path, ram_mb: int) -> Path:
     text = (ROOT / "board_profiles" / "host.yaml").read_text().replace("name: host", "name: small")
     path = tmp_path / "small.yaml"
-    path.write_text(text + f"memory_mb: {memory_mb}\n")
+    path.write_text(text + f"ram_mb: {ram_mb}\n")
     return path
 
 
@@ -175,7 +175,7 @@ def test_the_size_of_a_huge_shape_does_not_wrap_around():
 
 
 def test_a_huge_tensor_is_refused_even_without_a_memory_size():
-    # A remote board without memory_mb: sizes past what int64 plans hold are still refused.
+    # A remote board without ram_mb: sizes past what int64 plans hold are still refused.
     with pytest.raises(PackagerError, match=r"input 'x': float32\[1099511627776, 1099511627776\]"):
         import_onnx("m.onnx", None, model=matmul_model(x_shape=(2**40, 2**40)))
 
@@ -194,11 +194,11 @@ def test_a_split_knob_over_a_huge_extent_is_quick():
 
 
 def test_board_memory_field(tmp_path):
-    assert load_board(small_board(tmp_path, 512)).memory_mb == 512
+    assert load_board(small_board(tmp_path, 512)).ram_mb == 512
     assert memory_bytes(load_board(small_board(tmp_path, 512))) == 512 << 20
     host = memory_bytes(load_board("host"))
     assert host is not None and host > 1 << 26  # the machine's own, from sysconf
-    with pytest.raises(PackagerError, match="memory_mb: 0 is less than the minimum 1"):
+    with pytest.raises(PackagerError, match="ram_mb: 0 is less than the minimum 1"):
         check_board_file(small_board(tmp_path, 0))
 
 

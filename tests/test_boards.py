@@ -333,11 +333,11 @@ def test_shipped_real_boards_state_memory_and_pin_no_key(name):
     and ~/.ssh/id_* are tried instead), and the board's memory so big models are refused."""
     board = load_board(name)
     assert all(c.key is None for c in board.connections), name
-    assert board.memory_mb is not None and board.memory_mb >= 256, name
+    assert board.ram_mb is not None and board.ram_mb >= 256, name
 
 
 def test_raspberry_pi_5_and_zero_2_w_profiles():
     rpi5, zero = load_board("rpi5"), load_board("rpi-zero2w")
     assert (rpi5.arch, rpi5.cpu, rpi5.cores, rpi5.vector_bits) == ("aarch64", "cortex-a76", 4, 128)
     assert "-mcpu=cortex-a76" in rpi5.toolchain.cflags
-    assert (zero.arch, zero.cpu, zero.cores, zero.memory_mb) == ("aarch64", "cortex-a53", 4, 512)
+    assert (zero.arch, zero.cpu, zero.cores, zero.ram_mb) == ("aarch64", "cortex-a53", 4, 512)

@@ -121,7 +121,7 @@ def test_wheel_installs_and_works_from_any_directory(tmp_path):
 
     shutil.copyfile(ROOT / "examples" / "tiny_cnn.onnx", work / "tiny_cnn.onnx")
     untuned = run("packager", "build", "tiny_cnn.onnx", "--board", "host", "-o", "b")
-    assert "tuning: 0 of" in untuned
+    (line,) = [x for x in untuned.splitlines() if "tunable kernels use default schedules" in x]
     manifest = json.loads((work / "b" / "manifest.json").read_text())
     args = []
     for i, spec in enumerate(manifest["inputs"]):
@@ -142,5 +142,5 @@ def test_wheel_installs_and_works_from_any_directory(tmp_path):
     assert f"log: {log}" in tuned and log.stat().st_size > 0
     assert not list((venv / "lib").rglob("tiny_cnn.jsonl"))
     rebuilt = run("packager", "build", "tiny_cnn.onnx", "--board", "host", "-o", "b2")
-    count = untuned.split("tuning: 0 of ")[1].split()[0]
-    assert f"tuning: {count} of {count} tunable kernels use a tuned config" in rebuilt
+    count = line.split()[0]
+    assert f"{count} of {count} tunable kernels use tuned schedules" in rebuilt

@@ -81,8 +81,16 @@ class Tuning:
         self.tuned.append(name)
         return space.get(index)  # the template's own values (JSON turned tuples to lists)
 
-    def report(self) -> list[str]:
-        n = len(self.tuned) + len(self.fallback)
-        lines = [f"tuning: {len(self.tuned)} of {n} tunable kernels use a tuned config"]
-        lines += [f"  default schedule: {f}" for f in self.fallback]
+    def report(self, tune_command: str, verbose: bool = False) -> list[str]:
+        """One line on how many tunable kernels use tuned schedules, with the command that
+        tunes the rest; ``verbose``: then each default-schedule kernel and why."""
+        tuned, n = len(self.tuned), len(self.tuned) + len(self.fallback)
+        if not self.fallback:
+            return [f"{tuned} of {n} tunable kernels use tuned schedules"] if n else []
+        head = f"{tuned} of {n} tunable kernels use tuned schedules, {len(self.fallback)}"
+        if not tuned:
+            head = f"{n} of {n} tunable kernels use"
+        lines = [f"{head} default schedules: run `{tune_command}` to tune them"]
+        if verbose:
+            lines += [f"  default schedule: {f}" for f in self.fallback]
         return lines

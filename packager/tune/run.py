@@ -47,14 +47,23 @@ def tune_model(
         opts.deadline = time.monotonic() + 60 * time_budget_min
     progress = progress or Progress()
     measurer = Measurer(board, settings, log=progress.note)
-    results = []
+    results: list[TaskResult] = []
     try:
         for k, task in enumerate(tasks, 1):
-            progress.start(k, len(tasks), task.label, opts.trials)
+            if opts.deadline is not None and time.monotonic() > opts.deadline:
+                progress.note(f"time limit: {len(tasks) - k + 1} of {len(tasks)} tasks not tuned")
+                break
+            progress.start(k, len(tasks), task.label, opts.trials, task.unit)
             res = tune_task(task, measurer, log, opts, progress)
-            progress.update(res.trials, res.gflops(res.best_cost), final=True)
+            progress.finish(res.trials, res.rate(res.best_cost), res.stop_reason)
             results.append(res)
         recheck_forms(tasks, measurer, log, progress)
+    except KeyboardInterrupt:
+        progress.note(
+            f"interrupted: {len(results)} of {len(tasks)} tasks tuned; every measurement "
+            f"is in {log_path}, running again resumes"
+        )
+        raise
     finally:
         for line in measurer.runner.summary():  # a pool: who measured what
             progress.note(line)
@@ -101,8 +110,10 @@ def summary(results: list[TaskResult]) -> str:
             "task": r.task.label,
             "weight": r.task.weight,
             "trials": r.trials,
-            "default_gflops": r.gflops(r.default_cost),
-            "best_gflops": r.gflops(r.best_cost),
+            "default": r.rate(r.default_cost),
+            "best": r.rate(r.best_cost),
+            "unit": r.task.unit,
+            "stopped": r.stop_reason,
         }
         for r in results
     ]

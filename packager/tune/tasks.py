@@ -11,7 +11,10 @@ measurement (measure.py) build on this module; it needs neither.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 from .. import te
 from ..boards import Board
@@ -26,6 +29,10 @@ from .features import flop_count
 
 TARGET = CpuTarget.family  # the family whose templates are tuned
 
+# Below this many flops per byte of its arguments a kernel is bound by memory traffic
+# (elementwise ops, pools, a matrix-vector product): its speed is told in GB/s.
+MEMORY_BOUND_FLOPS_PER_BYTE = 2.0
+
 
 @dataclass
 class Task:
@@ -38,6 +45,25 @@ class Task:
     weight: int = 1  # how many nodes of the graph call this kernel
     flops: float = 0.0  # one call, estimated from the default schedule's loop IR
     conv: str = ""  # for each form of a conv (conv_algorithms): the direct form's key
+    bytes: float = 0.0  # one call's arguments (inputs and outputs), read or written once
+
+    @property
+    def memory_bound(self) -> bool:
+        return self.flops < MEMORY_BOUND_FLOPS_PER_BYTE * self.bytes
+
+    @property
+    def unit(self) -> str:
+        """What its speed is told in: GB/s for a memory-bound kernel, else GFLOP/s;
+        "effective" for a transformed conv (Winograd), whose count is the direct form's."""
+        if self.memory_bound:
+            return "GB/s"
+        return "effective GFLOP/s" if self.conv and self.conv != self.key else "GFLOP/s"
+
+    def rate(self, seconds: float) -> float:
+        """The speed of one call taking ``seconds``, in ``unit`` (0 for no measurement)."""
+        if not seconds or not math.isfinite(seconds):
+            return 0.0
+        return (self.bytes if self.memory_bound else self.flops) / seconds / 1e9
 
     @property
     def label(self) -> str:
@@ -118,10 +144,14 @@ def extract_tasks(
             template = template_of(n, g)
             if template:
                 tasks[key] = Task(key, template, n, g, pairs, board, conv=own)
-    flops: dict[str, float] = {}
-    for t in tasks.values():  # GFLOPS of every form of a conv count its direct form's work
-        work = direct[t.conv] if t.conv else t
-        if work.key not in flops:
-            flops[work.key] = flop_count(default_func(work))
-        t.flops = flops[work.key]
+    work: dict[str, tuple[float, float]] = {}
+    for t in tasks.values():  # every form of a conv counts its direct form's work
+        base = direct[t.conv] if t.conv else t
+        if base.key not in work:
+            prim = default_func(base)
+            work[base.key] = (
+                flop_count(prim),
+                sum(b.size * np.dtype(b.dtype).itemsize for b in prim.params),
+            )
+        t.flops, t.bytes = work[base.key]
     return sorted(tasks.values(), key=lambda t: -t.weight * t.flops)

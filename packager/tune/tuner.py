@@ -1,5 +1,6 @@
 """Tuning one task: propose a batch, measure it on the board, log every record, refit the
-model; until the trials, the early-stopping patience or the time budget run out.
+model; until the trials, the early-stopping patience or the time budget run out
+(TaskResult.stop_reason says which).
 
 Trials are valid measurements: a config the template refuses, or that fails to compile,
 crashes, hangs or gives a wrong answer, is logged (and taught to the model as the worst)
@@ -53,9 +54,14 @@ class TaskResult:
     default_cost: float
     history: list[float]  # best-so-far cost after each trial (valid measurement)
     errors: int = 0  # invalid configs tried (not trials)
+    stop_reason: str = ""  # why the task ended: "trials exhausted (16 of 16)", ...
 
     def gflops(self, seconds: float) -> float:
         return self.task.flops / seconds / 1e9 if seconds and np.isfinite(seconds) else 0.0
+
+    def rate(self, seconds: float) -> float:
+        """The speed in the task's unit (Task.unit)."""
+        return self.task.rate(seconds)
 
 
 class _State:
@@ -146,15 +152,11 @@ def tune_task(task: Task, measurer: Measurer, log: TuningLog, opts: Options, pro
     rng = new_rng(opts.seed)
     max_errors = opts.trials if opts.max_errors is None else opts.max_errors
     history = _history(state)
-    while (
-        state.valid < opts.trials
-        and state.errors < max_errors
-        and len(state.costs) < space.size
-        and not _stop(state, history, opts)
-    ):
+    while not (why := _why_stop(state, history, opts, max_errors)):
         n = min(opts.batch, opts.trials - state.valid, max_errors - state.errors)
         batch = _propose(state, model, opts, rng, min(n, space.size - len(state.costs)))
         if not batch:
+            why = f"space exhausted (no untried config among {space.size})"
             break
         for m in measurer.measure(task, [(i, space.get(i)) for i in batch]):
             log.append(make_record(board, task, m.index, m.knobs, m.costs, m.error, m.device))
@@ -165,8 +167,8 @@ def tune_task(task: Task, measurer: Measurer, log: TuningLog, opts: Options, pro
             x, c = state.training()
             model.fit(x, c)
         if progress:
-            progress.update(state.valid, _gflops(task, history))
-    return _result(task, state, history)
+            progress.update(state.valid, task.rate(history[-1] if history else 0.0))
+    return _result(task, state, history, why)
 
 
 def _propose(state: _State, model: CostModel, opts: Options, rng, n: int) -> list[int]:
@@ -185,13 +187,23 @@ def _propose(state: _State, model: CostModel, opts: Options, rng, n: int) -> lis
     return first + rest
 
 
-def _stop(state: _State, history: list[float], opts: Options) -> bool:
-    if opts.deadline is not None and time.monotonic() > opts.deadline:
-        return True
+def _why_stop(state: _State, history: list[float], opts: Options, max_errors: int) -> str:
+    """Why the task ends now, or "" while it goes on."""
     k = opts.early_stopping
-    if not k or len(history) <= k:
-        return False
-    return history[-1] >= history[-k - 1]  # no improvement over the last k trials
+    reasons = (
+        (state.valid >= opts.trials, f"trials exhausted ({state.valid} of {opts.trials})"),
+        (state.errors >= max_errors, f"too many failed configs ({state.errors})"),
+        (
+            len(state.costs) >= state.space.size,
+            f"space exhausted (all {state.space.size} configs measured)",
+        ),
+        (opts.deadline is not None and time.monotonic() > opts.deadline, "time limit"),
+        (
+            bool(k) and len(history) > k and history[-1] >= history[-k - 1],
+            f"early stop: no improvement in {k} trials",
+        ),
+    )
+    return next((why for hit, why in reasons if hit), "")
 
 
 def _history(state: _State) -> list[float]:
@@ -202,12 +214,7 @@ def _history(state: _State) -> list[float]:
     return out
 
 
-def _gflops(task: Task, history: list[float]) -> float:
-    best = history[-1] if history else float("inf")
-    return task.flops / best / 1e9 if np.isfinite(best) and best > 0 else 0.0
-
-
-def _result(task: Task, state: _State, history: list[float]) -> TaskResult:
+def _result(task: Task, state: _State, history: list[float], why: str) -> TaskResult:
     top = state.top(1)
     best = top[0] if top else None
     return TaskResult(
@@ -218,4 +225,5 @@ def _result(task: Task, state: _State, history: list[float]) -> TaskResult:
         state.costs.get(state.space.default_index(), float("inf")),
         history,
         state.errors,
+        why,
     )

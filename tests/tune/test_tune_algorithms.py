@@ -65,7 +65,7 @@ def test_the_build_takes_the_fastest_form(conv_onnx, tmp_path, cli):
     code, _, err = cli(
         "build", conv_onnx, "--board", "host", "-o", tmp_path / "b", "--tuning-log", log
     )
-    assert code == 0 and "1 of 1 tunable kernels use a tuned config" in err
+    assert code == 0 and "1 of 1 tunable kernels use tuned schedules" in err
     uses_winograd = "winograd" in _kernels(tmp_path / "b")
     assert uses_winograd == (fastest["task"]["template"] == "conv2d_winograd_nchwc")
     assert selftest_local(tmp_path / "b", load_board("host")).returncode == 0

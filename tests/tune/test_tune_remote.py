@@ -35,7 +35,7 @@ def test_tune_over_ssh_on_the_emulated_board(sshd, conv_onnx, tmp_path, cli):  #
     code, _, err = cli(
         "build", conv_onnx, "--board", board, "-o", tmp_path / "b", "--tuning-log", log
     )
-    assert code == 0 and "1 of 1 tunable kernels use a tuned config" in err
+    assert code == 0 and "1 of 1 tunable kernels use tuned schedules" in err
 
 
 @pytest.mark.slow
