@@ -174,17 +174,19 @@ def package(
     log=None,
     tuning_logs=(),
     conv_algorithm: str | None = None,
+    use_foreign_records: bool = False,
 ) -> Path:
     """Package ``model_path`` for ``board`` into ``out_dir``; returns the bundle path.
     Tuning records apply from ``tuning_logs``, the shipped ``tuning_logs/<board>/`` and the
-    user's (tune.apply.log_files)."""
+    user's (tune.apply.log_files); records measured on another target only with
+    ``use_foreign_records``."""
     from .tune.apply import Tuning, log_files
 
     say = log or (lambda msg: None)
     check_bundle_output(out_dir, (model_path,))  # refuse at once, before minutes of work
     t0 = time.perf_counter()
     model = load_model(model_path)
-    tuning = Tuning(board, log_files(board.name, tuning_logs))
+    tuning = Tuning(board, log_files(board.name, tuning_logs), use_foreign_records)
     compiled = compile_model(
         model, board, input_shapes, model_path, say, tuning=tuning, conv_algorithm=conv_algorithm
     )
