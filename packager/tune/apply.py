@@ -42,19 +42,18 @@ class Tuning:
     def __init__(self, board, files: list[Path], use_foreign: bool = False):
         self.board, self.use_foreign = board, use_foreign
         own = [t.fingerprint() for t in targets_of(board)]
-        self.best: dict[str, dict] = {}
-        self.foreign: list[dict] = []  # good records of another target (or of none)
+        self.own: dict[str, dict] = {}  # kernel key -> best record of this board's targets
+        self.others: dict[str, dict] = {}  # ... of another target, or of none
         for f in files:
             for r in read_records(f):
                 if r["board"]["name"] != board.name or cost(r) == float("inf"):
                     continue
-                if r.get("target") not in own:
-                    self.foreign.append(r)
-                    if not use_foreign:
-                        continue
+                best = self.own if r.get("target") in own else self.others
                 key = r["task"]["key"]
-                if key not in self.best or cost(r) < cost(self.best[key]):
-                    self.best[key] = r
+                if key not in best or cost(r) < cost(best[key]):
+                    best[key] = r
+        self.best = {**self.others, **self.own} if use_foreign else self.own
+        self.foreign: list[dict] = []  # the foreign records of this build's kernels
         self.tuned: list[str] = []
         self.fallback: list[str] = []  # "label: why"
 
@@ -82,6 +81,8 @@ class Tuning:
         task = Task(key, template, node, graph, tuple(inplace), self.board)
         name = f"{node.source or node.op} ({task.label})"
         rec = self.best.get(key)
+        if key not in self.own and key in self.others:
+            self.foreign.append(self.others[key])
         if rec is None:
             self.fallback.append(f"{name}: no record")
             return None
