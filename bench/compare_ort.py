@@ -69,7 +69,9 @@ def build_bundle(model: onnx.ModelProto, workdir: Path, tuned: bool = False, alg
     """(bundle dir, run_bundle) for the host board; ``tuned`` applies tuning_logs/host/,
     ``algorithm`` forces a conv algorithm (conv_algorithms.ALGORITHMS) where it applies."""
     board = load_board("host")
-    tuning = Tuning(board, log_files(board.name)) if tuned else None
+    # the shipped records were measured on another machine: applied anyway, as the point
+    # is to compare them (a build applies them only with --use-foreign-records)
+    tuning = Tuning(board, log_files(board.name), use_foreign=True) if tuned else None
     compiled = compile_model(model, board, tuning=tuning, conv_algorithm=algorithm)
     bundle = workdir / (
         "bundle_tuned" if tuned else f"bundle_{algorithm}" if algorithm else "bundle"

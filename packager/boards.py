@@ -68,6 +68,7 @@ class Connection:
 class Cache:
     l1d_kib: int | None = None
     l2_kib: int | None = None
+    l3_kib: int | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,9 @@ class Board:
     cores: int
     vector_bits: int
     toolchain: Toolchain
+    detect: bool = False
+    cpu_name: str | None = None
+    features: tuple[str, ...] = ()
     big_cores: tuple[int, ...] = ()
     cache: Cache | None = None
     opencl: OpenCL | None = None
@@ -100,6 +104,9 @@ class Board:
     connection: Connection | None = None
     connections: tuple[Connection, ...] = ()
     path: Path | None = None
+    # The keys (dotted: ``cache.l2_kib``) whose values were read from this machine because
+    # the profile says ``detect: true`` and leaves them out.
+    detected: tuple[str, ...] = ()
 
     @property
     def is_local(self) -> bool:
@@ -219,6 +226,7 @@ TOOLCHAIN_FIELDS: tuple[Field, ...] = (
 CACHE_FIELDS: tuple[Field, ...] = (
     Field("l1d_kib", "int", "Level 1 data cache of one core, in KiB.", min=1),
     Field("l2_kib", "int", "Level 2 cache (of the cores the bundle runs on), in KiB.", min=1),
+    Field("l3_kib", "int", "Last-level (L3) cache, shared by the cores, in KiB.", min=1),
 )
 
 OPENCL_FIELDS: tuple[Field, ...] = (
@@ -279,6 +287,15 @@ SCHEMA: tuple[Field, ...] = (
     ),
     Field("description", "str", "One line saying what the board is.", required=True),
     Field(
+        "detect",
+        "bool",
+        "Read what the profile leaves out (`arch`, `cores`, `vector_bits`, `cpu_name`, "
+        "`features`, `cache`) from the machine the packager runs on, each time the profile "
+        "is loaded; values the profile gives take precedence. Only for the local machine "
+        "(no `connection`): a remote board is read with `packager boards --probe`.",
+        default=False,
+    ),
+    Field(
         "arch",
         "str",
         "Instruction set the code is compiled for.",
@@ -290,9 +307,24 @@ SCHEMA: tuple[Field, ...] = (
     Field(
         "vector_bits",
         "int",
-        "SIMD register width the kernels are scheduled for.",
+        "SIMD register width the kernels are scheduled for (detected: 512 with AVX-512F, "
+        "256 with AVX2, else 128).",
         required=True,
         allowed=(128, 256, 512),
+    ),
+    Field(
+        "cpu_name",
+        "str",
+        "The CPU model as the board reports it (`/proc/cpuinfo`), e.g. `Cortex-A72`. Part "
+        "of the fingerprint a tuning record must match to apply.",
+    ),
+    Field(
+        "features",
+        "list[str]",
+        "ISA features the schedules care about, as `/proc/cpuinfo` spells them "
+        "(`avx2`, `fma`, `avx512f`, `avx512bw`, `avx512vl`, `avx512_vnni`, `avx_vnni`, "
+        "`neon`, `asimd`, `asimddp`, `fphp`, `asimdhp`). Part of the fingerprint.",
+        default=(),
     ),
     Field(
         "toolchain",
@@ -394,6 +426,7 @@ def check_board_file(path: str | os.PathLike) -> Board:
     data = _read_yaml(path, shown)
     if not isinstance(data, dict):
         raise _error(shown, "", f"expected a mapping at the top level, got {_type_name(data)}")
+    data, detected = _with_detected(data, shown)
     values = _check_mapping(SCHEMA, data, "", shown)
     if values["name"] != path.stem:
         raise _error(
@@ -407,7 +440,34 @@ def check_board_file(path: str | os.PathLike) -> Board:
     if values["connection"] is not None:
         values["connections"] = (values["connection"],)
     values["connection"] = values["connections"][0] if values["connections"] else None
-    return Board(**values, path=path.resolve())
+    return Board(**values, path=path.resolve(), detected=detected)
+
+
+def _with_detected(data: dict, shown: str) -> tuple[dict, tuple[str, ...]]:
+    """``data`` with what ``detect: true`` reads from this machine filled in where the
+    profile gives nothing (the profile's own values win, key by key inside ``cache``),
+    and the dotted keys that were filled."""
+    if data.get("detect") is not True:
+        return data, ()
+    if data.get("connection") is not None or data.get("connections") is not None:
+        raise _error(
+            shown,
+            "detect",
+            "detects the machine the packager runs on, but this board is remote "
+            f"(it has a connection): read it with `packager boards --probe {data.get('name')}`",
+        )
+    from .cpuinfo import detect_local
+
+    merged, detected = dict(data), []
+    for key, value in detect_local().items():
+        if isinstance(value, dict) and isinstance(merged.get(key, {}), dict):
+            given = merged.get(key) or {}
+            merged[key] = {**value, **{k: v for k, v in given.items() if v is not None}}
+            detected += [f"{key}.{k}" for k in value if given.get(k) is None]
+        elif merged.get(key) is None:
+            merged[key] = value
+            detected.append(key)
+    return merged, tuple(detected)
 
 
 def _check_opencl(oc: OpenCL, shown: str) -> None:

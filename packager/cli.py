@@ -59,6 +59,7 @@ def cmd_build(args) -> int:
             conv_algorithm=args.conv_algorithm,
             progress=console.progress,
             verbose=args.verbose,
+            use_foreign_records=args.use_foreign_records,
         )
     finally:
         console.clear()  # an error message must not share the progress line
@@ -123,12 +124,21 @@ def cmd_report(args) -> int:
 
 
 def cmd_boards(args) -> int:
-    from .boards import boards_dirs, check_board_file, is_user_board, list_boards
+    from .boards import boards_dirs, check_board_file, is_user_board, list_boards, load_board
 
     if args.ping:
         from .cli_remote import ping
 
         return ping(args)
+    if args.show:
+        from .board_facts import show_lines
+
+        print("\n".join(show_lines(load_board(args.show))))
+        return 0
+    if args.probe:
+        from .cli_remote import probe
+
+        return probe(args)
     if args.check:
         board = check_board_file(args.check)
         print(f"{args.check}: ok ({board.name}, {board.arch}, {board.cores} cores)")
@@ -184,6 +194,12 @@ def make_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="FILE",
         help="apply the best record per kernel (besides tuning_logs/BOARD/; repeatable)",
+    )
+    b.add_argument(
+        "--use-foreign-records",
+        action="store_true",
+        help="apply tuning records measured on another CPU too (a record applies only on "
+        "a target with its fingerprint: CPU name, ISA features, vector width, cores, ...)",
     )
     b.add_argument(
         "--conv-algorithm",
@@ -292,6 +308,22 @@ def make_parser() -> argparse.ArgumentParser:
         "--ping",
         metavar="BOARD",
         help="check each device of BOARD: reachable, host key, arch, round-trip time",
+    )
+    bo.add_argument(
+        "--show",
+        metavar="BOARD",
+        help="print BOARD's profile as resolved, marking values detected on this machine",
+    )
+    bo.add_argument(
+        "--probe",
+        metavar="BOARD",
+        help="read BOARD's CPU over SSH (/proc/cpuinfo, caches, nproc) into your copy of its "
+        "profile (the user boards directory; a shipped profile is never changed)",
+    )
+    bo.add_argument(
+        "--write",
+        action="store_true",
+        help="with --probe: also change a user profile the packager did not write before",
     )
     add_connection_options(bo)
     bo.set_defaults(fn=cmd_boards)

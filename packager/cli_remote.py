@@ -137,6 +137,46 @@ def ping(args) -> int:
     return 0 if all(r["reachable"] for r in rows) else 2
 
 
+def probe(args) -> int:
+    """boards --probe: read the board's first device and write the user's copy of its
+    profile (packager/board_facts.py says when it may)."""
+    from .board_facts import changes, user_copy, write_profile, written_by_packager
+    from .board_facts import probe as read_device
+
+    target = open_target(args, args.probe)
+    board = target.board
+    if board.is_local:
+        raise PackagerError(
+            f"board {board.name!r} is this machine: say `detect: true` in its profile "
+            "(packager boards --show shows what is detected)"
+        )
+    session = target.sessions[0]
+    try:
+        values = read_device(session)
+    finally:
+        target.close()
+    diff = changes(board, values)
+    path = user_copy(board)
+    for key, old, new in diff:
+        print(f"  {key}: {_shown(old)} -> {_shown(new)}")
+    if not diff:
+        print(f"{board.name}: the profile already says what {session.conn.label} reports")
+        return 0
+    if not written_by_packager(path) and not args.write:
+        print(
+            f"{path} was not written by the packager: not changed (--write to change it; "
+            "only the keys above are rewritten, the rest of the file is kept)"
+        )
+        return 1
+    write_profile(board, values, session.conn.label)
+    print(f"wrote {path}")
+    return 0
+
+
+def _shown(value) -> str:
+    return "(none)" if value is None else str(value)
+
+
 def add_parsers(sub) -> None:
     """deploy, bench and clean; `run` and `boards` add their own options with the helpers."""
     d = sub.add_parser(

@@ -178,10 +178,12 @@ def package(
     conv_algorithm: str | None = None,
     progress=None,
     verbose: bool = False,
+    use_foreign_records: bool = False,
 ) -> Path:
     """Package ``model_path`` for ``board`` into ``out_dir``; returns the bundle path.
     Tuning records apply from ``tuning_logs``, the shipped ``tuning_logs/<board>/`` and the
-    user's (tune.apply.log_files). ``log`` hears a few lines (``verbose``: also each kernel
+    user's (tune.apply.log_files); records measured on another target only with
+    ``use_foreign_records``. ``log`` hears a few lines (``verbose``: also each kernel
     left with its default schedule); ``progress(what, done, total)`` hears of each step.
     A bundle whose peak memory estimate exceeds the board's memory is refused."""
     from .tune.apply import Tuning, log_files
@@ -190,7 +192,7 @@ def package(
     check_bundle_output(out_dir, (model_path,))  # refuse at once, before minutes of work
     t0 = time.perf_counter()
     model = load_model(model_path)
-    tuning = Tuning(board, log_files(board.name, tuning_logs))
+    tuning = Tuning(board, log_files(board.name, tuning_logs), use_foreign_records)
     compiled = compile_model(
         model,
         board,

@@ -5,8 +5,8 @@ facts they need from it, never from the profile or from loose numbers.
 A family's properties are a frozen dataclass of their own (each class's docstring says
 what its fields mean):
 
-- ``cpu``, ``CpuTarget``: arch, model, isa_flags, vector_bits, cores, big_cores,
-  l1d_bytes, l2_bytes.
+- ``cpu``, ``CpuTarget``: arch, model, cpu_name, features, isa_flags, vector_bits,
+  cores, big_cores, l1d_bytes, l2_bytes, l3_bytes.
 - ``opencl``, ``OpenCLTarget``: device, compute_units, max_work_group_size,
   max_work_item_sizes, local_memory_bytes, preferred_vector_width, fp16, version.
 - ``accel``, ``AccelTarget``: none yet; asking a board for one is refused.
@@ -69,23 +69,28 @@ class CpuTarget(Target):
     """The board's CPU. The defaults are the generic target: the packager's own kind of
     machine (256-bit vectors), one thread.
 
-    model: the CPU model the compiler tunes for (``cortex-a72``, ``native``); isa_flags:
+    model: the CPU model the compiler tunes for (``cortex-a72``, ``native``); cpu_name:
+    the model the board reports (``Intel(R) Xeon(R) ...``, ``Cortex-A72``), None where the
+    profile does not say; features: its ISA features (``avx512f``, ``asimddp``); isa_flags:
     the profile's compiler flags that choose the instruction set (``-m...``:
     ``-mcpu=cortex-a72``, ``-mfpu=neon``, ``-march=native``); vector_bits: the SIMD width
     kernels are scheduled for; cores: threads a kernel may use; big_cores: the CPU ids the
-    bundle is pinned to on a big.LITTLE board; l1d_bytes, l2_bytes: cache sizes where the
-    profile gives them.
+    bundle is pinned to on a big.LITTLE board; l1d_bytes, l2_bytes, l3_bytes: cache sizes
+    where the profile gives (or detects) them.
     """
 
     family: ClassVar[str] = "cpu"
     arch: str = "x86_64"
     model: str = "native"
+    cpu_name: str | None = None
+    features: tuple[str, ...] = ()
     isa_flags: tuple[str, ...] = ()
     vector_bits: int = 256
     cores: int = 1
     big_cores: tuple[int, ...] = ()
     l1d_bytes: int | None = None
     l2_bytes: int | None = None
+    l3_bytes: int | None = None
 
     @classmethod
     def of(cls, board: Board) -> CpuTarget:
@@ -94,12 +99,15 @@ class CpuTarget(Target):
             board=board.name,
             arch=board.arch,
             model=board.cpu,
+            cpu_name=board.cpu_name,
+            features=tuple(board.features),
             isa_flags=tuple(f for f in board.toolchain.cflags if f.startswith("-m")),
             vector_bits=board.vector_bits,
             cores=board.cores,
             big_cores=tuple(board.big_cores),
             l1d_bytes=_bytes(cache.l1d_kib if cache else None),
             l2_bytes=_bytes(cache.l2_kib if cache else None),
+            l3_bytes=_bytes(cache.l3_kib if cache else None),
         )
 
     def fingerprint(self) -> dict:
@@ -107,6 +115,8 @@ class CpuTarget(Target):
             "family": self.family,
             "arch": self.arch,
             "model": self.model,
+            "cpu_name": self.cpu_name,
+            "features": list(self.features),
             "isa_flags": list(self.isa_flags),
             "vector_bits": self.vector_bits,
             "cores": self.cores,

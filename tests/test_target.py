@@ -31,17 +31,22 @@ def shipped(monkeypatch):
 
 
 def test_host_is_a_cpu_target_only():
-    (cpu,) = targets_of(load_board("host"))
+    board = load_board("host")  # detect: true (tests/test_host_detect.py checks the facts)
+    (cpu,) = targets_of(board)
     assert cpu == CpuTarget(
         board="host",
-        arch="x86_64",
+        arch=board.arch,
         model="native",
+        cpu_name=board.cpu_name,
+        features=board.features,
         isa_flags=("-march=native",),
-        vector_bits=256,
-        cores=2,
+        vector_bits=board.vector_bits,
+        cores=board.cores,
+        l1d_bytes=board.cache.l1d_kib * 1024,
+        l2_bytes=board.cache.l2_kib * 1024,
+        l3_bytes=board.cache.l3_kib * 1024,
     )
-    assert cpu.family == "cpu" and cpu.lanes == 8
-    assert cpu.l1d_bytes is None and cpu.l2_bytes is None  # the profile gives no caches
+    assert cpu.family == "cpu" and cpu.lanes == board.vector_bits // 32
 
 
 def test_rpi4_cpu_target_has_its_caches():
@@ -149,6 +154,8 @@ def test_fingerprints_name_what_decides_the_fastest_schedule():
         "family": "cpu",
         "arch": "aarch64",
         "model": rk.cpu,
+        "cpu_name": None,  # the shipped profile does not say: `packager boards --probe`
+        "features": [],
         "isa_flags": [f for f in rk.toolchain.cflags if f.startswith("-m")],
         "vector_bits": rk.vector_bits,
         "cores": rk.cores,

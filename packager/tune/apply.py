@@ -2,9 +2,14 @@
 
 Logs come from ``--tuning-log FILE``, from ``tuning_logs/<board>/*.jsonl`` shipped with
 the product and from the user's ``~/.local/share/packager/tuning_logs/<board>/*.jsonl``
-(packager/resources.py). A record applies to a kernel when board name and kernel key match and
-its knobs still form a setting of the template's current space (a template that changed
-since the log was written falls back to defaults, and says so).
+(packager/resources.py). A record applies to a kernel when board name and kernel key match,
+it was measured on this target (its ``"target"`` equals the kernel target's
+``Target.fingerprint()``) and its knobs still form a setting of the template's current space
+(a template that changed since the log was written falls back to defaults, and says so).
+
+A record of another target, or one without a target, is foreign: a schedule fastest on
+another CPU is no evidence for this one. The build says in one line how many it left out;
+``use_foreign`` (``--use-foreign-records``) applies them anyway.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import resources
+from ..target import targets_of
 from .log import cost, read_records
 from .space import space_of
 from .tasks import Task, template_of
@@ -33,15 +39,21 @@ def log_files(board_name: str, extra=()) -> list[Path]:
 class Tuning:
     """The best knobs per kernel key for one board; remembers what it applied."""
 
-    def __init__(self, board, files: list[Path]):
-        self.board = board
-        self.best: dict[str, dict] = {}
+    def __init__(self, board, files: list[Path], use_foreign: bool = False):
+        self.board, self.use_foreign = board, use_foreign
+        own = [t.fingerprint() for t in targets_of(board)]
+        self.own: dict[str, dict] = {}  # kernel key -> best record of this board's targets
+        self.others: dict[str, dict] = {}  # ... of another target, or of none
         for f in files:
             for r in read_records(f):
-                if r["board"]["name"] == board.name and cost(r) < float("inf"):
-                    key = r["task"]["key"]
-                    if key not in self.best or cost(r) < cost(self.best[key]):
-                        self.best[key] = r
+                if r["board"]["name"] != board.name or cost(r) == float("inf"):
+                    continue
+                best = self.own if r.get("target") in own else self.others
+                key = r["task"]["key"]
+                if key not in best or cost(r) < cost(best[key]):
+                    best[key] = r
+        self.best = {**self.others, **self.own} if use_foreign else self.own
+        self.foreign: list[dict] = []  # the foreign records of this build's kernels
         self.tuned: list[str] = []
         self.fallback: list[str] = []  # "label: why"
 
@@ -69,8 +81,13 @@ class Tuning:
         task = Task(key, template, node, graph, tuple(inplace), self.board)
         name = f"{node.source or node.op} ({task.label})"
         rec = self.best.get(key)
+        if key not in self.own and key in self.others:
+            self.foreign.append(self.others[key])
         if rec is None:
             self.fallback.append(f"{name}: no record")
+            return None
+        if not self.use_foreign and rec.get("target") != task.target.fingerprint():
+            self.fallback.append(f"{name}: record of another target")
             return None
         knobs = rec["config"]["knobs"]
         space = space_of(task)
@@ -86,11 +103,33 @@ class Tuning:
         tunes the rest; ``verbose``: then each default-schedule kernel and why."""
         tuned, n = len(self.tuned), len(self.tuned) + len(self.fallback)
         if not self.fallback:
-            return [f"{tuned} of {n} tunable kernels use tuned schedules"] if n else []
+            head = [f"{tuned} of {n} tunable kernels use tuned schedules"] if n else []
+            return head + ([self._foreign_line()] if self.foreign else [])
         head = f"{tuned} of {n} tunable kernels use tuned schedules, {len(self.fallback)}"
         if not tuned:
             head = f"{n} of {n} tunable kernels use"
         lines = [f"{head} default schedules: run `{tune_command}` to tune them"]
+        lines += [self._foreign_line()] if self.foreign else []
         if verbose:
             lines += [f"  default schedule: {f}" for f in self.fallback]
         return lines
+
+    def _foreign_line(self) -> str:
+        n = len(self.foreign)
+        were = "record was" if n == 1 else "records were"
+        where = "; ".join(dict.fromkeys(describe_target(r.get("target")) for r in self.foreign))
+        head = f"{n} tuning {were} measured on another CPU ({where})"
+        if self.use_foreign:
+            return f"{head}; applied (--use-foreign-records)"
+        return f"{head}; not applied: --use-foreign-records to apply them"
+
+
+def describe_target(fingerprint: dict | None) -> str:
+    """A record's target in a few words: CPU name (or model), vector width, cores."""
+    if not fingerprint:
+        return "not recorded"
+    if fingerprint.get("family") != "cpu":
+        words = [fingerprint.get("device"), f"{fingerprint.get('compute_units')} compute units"]
+        return ", ".join(str(w) for w in words)
+    name = fingerprint.get("cpu_name") or fingerprint.get("model")
+    return f"{name}, {fingerprint.get('vector_bits')}-bit, {fingerprint.get('cores')} cores"

@@ -14,6 +14,7 @@ again and count as they did.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -118,12 +119,16 @@ def _score_fn(state: _State, model: CostModel):
 
 
 def _transfer(model: CostModel, state: _State, records: list[dict]) -> None:
-    """Warm start from the same template's records of other tasks (knob features only
-    carry over when the space matches, loop features always)."""
+    """Warm start from the same template's records of other tasks, and of this task on
+    other targets (knob features only carry over when the space matches, loop features
+    always). Each (task, board, target) is a ranking group of its own."""
+    here = state.task.target.fingerprint()
     by_task: dict[str, list[dict]] = {}
     for r in records:
-        if r["task"]["template"] == state.task.template and r["task"]["key"] != state.task.key:
-            by_task.setdefault(r["task"]["key"] + r["board"]["name"], []).append(r)
+        other = r["task"]["key"] != state.task.key or r.get("target") != here
+        if r["task"]["template"] == state.task.template and other:
+            group = r["task"]["key"] + r["board"]["name"] + json.dumps(r.get("target"))
+            by_task.setdefault(group, []).append(r)
     for recs in list(by_task.values())[:8]:
         xs, cs = [], []
         for r in recs[:256]:
@@ -140,8 +145,12 @@ def tune_task(task: Task, measurer: Measurer, log: TuningLog, opts: Options, pro
     space = space_of(task)
     state = _State(task, space, opts.feature_kind)
     board = measurer.board
+    here = task.target.fingerprint()
     for r in log.records():
+        # a record of another target is not this one's measurement (transfer learns from it)
         if r["board"]["name"] != board.name or r["task"]["key"] != task.key:
+            continue
+        if r.get("target") != here:
             continue
         i = space.index_of(r["config"]["knobs"])
         if i is not None and i not in state.costs:
