@@ -116,7 +116,8 @@ def _transfer(model: CostModel, state: _State, records: list[dict]) -> None:
     carry over when the space matches, loop features always)."""
     by_task: dict[str, list[dict]] = {}
     for r in records:
-        if r["task"]["template"] == state.task.template and r["task"]["key"] != state.task.key:
+        same = r["task"]["template"] == state.task.template and _family(r) == state.task.family
+        if same and r["task"]["key"] != state.task.key:
             by_task.setdefault(r["task"]["key"] + r["board"]["name"], []).append(r)
     for recs in list(by_task.values())[:8]:
         xs, cs = [], []
@@ -136,6 +137,8 @@ def tune_task(task: Task, measurer: Measurer, log: TuningLog, opts: Options, pro
     board = measurer.board
     for r in log.records():
         if r["board"]["name"] != board.name or r["task"]["key"] != task.key:
+            continue
+        if _family(r) != task.family:  # the same kernel's records on the board's other target
             continue
         i = space.index_of(r["config"]["knobs"])
         if i is not None and i not in state.costs:
@@ -167,6 +170,10 @@ def tune_task(task: Task, measurer: Measurer, log: TuningLog, opts: Options, pro
         if progress:
             progress.update(state.valid, _gflops(task, history))
     return _result(task, state, history)
+
+
+def _family(record: dict) -> str:
+    return record.get("target", {}).get("family", "cpu")
 
 
 def _propose(state: _State, model: CostModel, opts: Options, rng, n: int) -> list[int]:
