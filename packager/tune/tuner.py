@@ -78,7 +78,7 @@ class _State:
                 self.feats[i] = knob_features(self.space, self.space.digits(i))
             else:
                 prim = prim or valid(self.task, self.space.get(i), f"pk_cand_{i}")
-                self.feats[i] = None if prim is None else features(prim)
+                self.feats[i] = None if prim is None else features(prim, self.task.family)
         return self.feats[i]
 
     def add(self, i: int, c: float, prim=None) -> None:
