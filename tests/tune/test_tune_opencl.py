@@ -24,6 +24,7 @@ from packager.tune.run import model_tasks
 from packager.tune.space import space_of, valid
 from packager.tune.tasks import lower_config
 from tests.helpers import ort_outputs
+from tests.remote.conftest import sshd  # noqa: F401  (fixture)
 
 BOARD = "host-opencl"
 
@@ -172,3 +173,26 @@ def test_failing_candidates_give_error_records(tmp_path, monkeypatch):
     cand = Measurement(2, {}, prim=prim)
     measurer._measure_cl_local(task, [cand])
     assert cand.error == "runtime_error"
+
+
+@pytest.mark.slow
+def test_tune_gpu_kernels_over_ssh_on_the_loopback_board(sshd, model_path, tmp_path, cli):  # noqa: F811
+    """The loopback sshd plays a board with an OpenCL GPU (PoCL): candidates are timed by
+    the OpenCL timing driver run there."""
+    from tests.remote.conftest import write_profile
+
+    board = write_profile(tmp_path / "boards", BOARD, [sshd.connection(str(tmp_path / "w"))])
+    log = tmp_path / "r.jsonl"
+    code, out, err = cli(
+        "tune", model_path, "--board", board, "--trials", 2, "--tuner", "random", "--log", log
+    )
+    assert code == 0, err
+    recs = read_records(log)
+    assert {r["target"]["family"] for r in recs} == {"opencl"}
+    good = [r for r in recs if cost(r) < float("inf")]
+    assert len({r["task"]["key"] for r in good}) >= 2
+    assert all("device" in r["result"] and r["host"] is None for r in good)  # measured there
+    code, _, err = cli(
+        "build", model_path, "--board", board, "-o", tmp_path / "b", "--tuning-log", log
+    )
+    assert code == 0 and re.search(r"tuning: [1-9]\d* of \d+ tunable kernels use a tuned", err)
