@@ -157,22 +157,26 @@ def gpu_obstacle(node: Node, graph: Graph) -> str:
     return ""
 
 
-def place_node(node, graph, func, targets, inplace=(), knobs=None) -> Kernel:
+def place_node(node, graph, func, targets, inplace=(), knobs_for=None) -> Kernel:
     """The node's kernel on the first of ``targets`` (the GPU first when the board has
     one) whose lowering takes it; a node the GPU cannot take runs on the CPU, with the
-    reason recorded in the kernel. ``knobs`` are the CPU's (tuning records of GPU
-    schedules do not exist yet: the GPU takes its templates' defaults)."""
+    reason recorded in the kernel. ``knobs_for(target)``: tuned knobs of the node's
+    kernel on that target, or None for its template's defaults (a tuned setting the GPU
+    refuses falls back to the defaults there)."""
     *gpus, cpu = targets
+    knobs_for = knobs_for or (lambda target: None)
     reason = ""
     for gpu in gpus:
         reason = gpu_obstacle(node, graph)
         if reason:
             break
-        try:
-            return lower_node(node, graph, func, gpu, inplace)
-        except (PackagerError, ValueError, NotImplementedError, TypeError) as e:
-            reason = str(e)  # a template or the GPU check refused the node
-    kernel = lower_node(node, graph, func, cpu, inplace, knobs)
+        tuned = knobs_for(gpu)
+        for knobs in [tuned, None] if tuned else [None]:
+            try:
+                return lower_node(node, graph, func, gpu, inplace, knobs)
+            except (PackagerError, ValueError, NotImplementedError, TypeError) as e:
+                reason = str(e)  # a template or the GPU check refused the node
+    kernel = lower_node(node, graph, func, cpu, inplace, knobs_for(cpu))
     kernel.cpu_reason = reason
     return kernel
 
@@ -186,7 +190,8 @@ def lower_graph(
     gpu: Target | None = None,
 ) -> tuple[list[Kernel], list[str]]:
     """Kernels (unique) and, per node, the name of the function it calls. ``knobs_for(key,
-    node, graph, inplace)``: tuned knobs for a kernel, or None for the template's defaults.
+    node, graph, inplace, target)``: tuned knobs for a kernel on that target, or None for
+    the template's defaults.
     With a ``gpu`` target each node runs there when it can, else on ``target``."""
     by_key: dict[str, Kernel] = {}
     funcs: list[str] = []
@@ -197,12 +202,19 @@ def lower_graph(
         if key not in by_key:
             name = f"k_{len(by_key)}_{_label(node)}"
             pairs = inplace.get(k, ())
-            knobs = knobs_for(key, node, graph, pairs) if knobs_for else None
+            knobs = _knobs_on(knobs_for, key, node, graph, pairs)
             by_key[key] = place_node(node, graph, name, targets, pairs, knobs)
         funcs.append(by_key[key].func)
         if progress:
             progress(k + 1, len(graph.nodes))
     return list(by_key.values()), funcs
+
+
+def _knobs_on(knobs_for, key, node, graph, pairs):
+    """``knobs_for`` bound to one kernel: a function of the target it is lowered for."""
+    if knobs_for is None:
+        return None
+    return lambda target: knobs_for(key, node, graph, pairs, target)
 
 
 def _label(node: Node, most: int = 4) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -71,7 +71,8 @@ def _check(rc: int, call: str) -> None:
 @dataclass
 class Run:
     outputs: list[np.ndarray]
-    kernel_ms: float  # from the kernel's profiling event
+    kernel_ms: float  # from the kernel's profiling event (the median of ``samples``)
+    samples: list[float] = field(default_factory=list)  # ms of each launch
 
 
 class Device:
@@ -147,10 +148,18 @@ class Device:
         self._programs[source] = prog
         return prog
 
-    def run(self, source: str, name: str, arrays: list[np.ndarray], n_out: int, launch) -> Run:
+    def forget(self, source: str) -> None:
+        """Release the program built from ``source`` (a tuning run builds many)."""
+        prog = self._programs.pop(source, None)
+        if prog is not None:
+            self.cl.clReleaseProgram(_vp(prog))
+
+    def run(
+        self, source: str, name: str, arrays: list[np.ndarray], n_out: int, launch, repeat=1
+    ) -> Run:
         """Run kernel ``name`` of ``source`` on ``arrays`` (inputs, then outputs whose
-        contents are the initial values) with ``launch`` (codegen.opencl.Launch); returns
-        the outputs and the kernel's time."""
+        contents are the initial values) with ``launch`` (codegen.opencl.Launch), ``repeat``
+        times; returns the outputs and the kernel's times."""
         cl, err = self.cl, _i32()
         kern = cl.clCreateKernel(_vp(self.program(source)), name.encode(), ctypes.byref(err))
         _check(err.value, f"clCreateKernel({name})")
@@ -170,26 +179,7 @@ class Device:
                 _check(cl.clSetKernelArg(_vp(kern), 2 * k, _sz(8), ctypes.byref(mem)), "arg")
                 off = ctypes.c_uint64(0)
                 _check(cl.clSetKernelArg(_vp(kern), 2 * k + 1, _sz(8), ctypes.byref(off)), "arg")
-            gsz = (_sz * 3)(*launch.global_size)
-            lsz = (_sz * 3)(*launch.local_size)
-            ev = _vp()
-            rc = cl.clEnqueueNDRangeKernel(
-                _vp(self.queue), _vp(kern), 3, None, gsz, lsz, 0, None, ctypes.byref(ev)
-            )
-            _check(
-                rc,
-                f"clEnqueueNDRangeKernel({name}, global {launch.global_size}, "
-                f"local {launch.local_size})",
-            )
-            _check(cl.clWaitForEvents(1, ctypes.byref(ev)), "clWaitForEvents")
-            t0, t1 = ctypes.c_uint64(), ctypes.c_uint64()
-            cl.clGetEventProfilingInfo(
-                ev, ctypes.c_uint32(_PROFILING_START), 8, ctypes.byref(t0), None
-            )
-            cl.clGetEventProfilingInfo(
-                ev, ctypes.c_uint32(_PROFILING_END), 8, ctypes.byref(t1), None
-            )
-            cl.clReleaseEvent(ev)
+            samples = [self._launch(kern, name, launch) for _ in range(repeat)]
             outs = []
             for a, buf in zip(
                 arrays[len(arrays) - n_out :], bufs[len(arrays) - n_out :], strict=True
@@ -209,11 +199,38 @@ class Device:
                     )
                     _check(rc, "clEnqueueReadBuffer")
                 outs.append(out)
-            return Run(outs, (t1.value - t0.value) / 1e6)
+            return Run(outs, sorted(samples)[len(samples) // 2], samples)
         finally:
             for b in bufs:
                 cl.clReleaseMemObject(_vp(b))
             cl.clReleaseKernel(_vp(kern))
+
+    def _launch(self, kern, name: str, launch) -> float:
+        """One launch of ``kern``, waited for; its time in ms from the profiling event."""
+        cl = self.cl
+        gsz = (_sz * 3)(*launch.global_size)
+        lsz = (_sz * 3)(*launch.local_size)
+        ev = _vp()
+        rc = cl.clEnqueueNDRangeKernel(
+            _vp(self.queue), _vp(kern), 3, None, gsz, lsz, 0, None, ctypes.byref(ev)
+        )
+        _check(
+            rc,
+            f"clEnqueueNDRangeKernel({name}, global {launch.global_size}, "
+            f"local {launch.local_size})",
+        )
+        try:
+            _check(cl.clWaitForEvents(1, ctypes.byref(ev)), "clWaitForEvents")
+            t0, t1 = ctypes.c_uint64(), ctypes.c_uint64()
+            cl.clGetEventProfilingInfo(
+                ev, ctypes.c_uint32(_PROFILING_START), 8, ctypes.byref(t0), None
+            )
+            cl.clGetEventProfilingInfo(
+                ev, ctypes.c_uint32(_PROFILING_END), 8, ctypes.byref(t1), None
+            )
+        finally:
+            cl.clReleaseEvent(ev)
+        return (t1.value - t0.value) / 1e6
 
 
 _DEVICE: Device | None = None

@@ -2,10 +2,11 @@
 
 Logs come from ``--tuning-log FILE``, from ``tuning_logs/<board>/*.jsonl`` shipped with
 the product and from the user's ``~/.local/share/packager/tuning_logs/<board>/*.jsonl``
-(packager/resources.py). A record applies to a kernel when board name and kernel key match,
-it was measured on this target (its ``"target"`` equals the kernel target's
-``Target.fingerprint()``) and its knobs still form a setting of the template's current space
-(a template that changed since the log was written falls back to defaults, and says so).
+(packager/resources.py). A record applies to a kernel when board name, target family and
+kernel key match, it was measured on this target (its ``"target"`` equals the kernel
+target's ``Target.fingerprint()``) and its knobs still form a setting of the template's
+current space (a template that changed since the log was written falls back to defaults,
+and says so).
 
 A record of another target, or one without a target, is foreign: a schedule fastest on
 another CPU is no evidence for this one. The build says in one line how many it left out;
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from .. import resources
 from ..target import targets_of
-from .log import cost, read_records
+from .log import cost, read_records, record_family
 from .space import space_of
 from .tasks import Task, template_of
 
@@ -37,19 +38,21 @@ def log_files(board_name: str, extra=()) -> list[Path]:
 
 
 class Tuning:
-    """The best knobs per kernel key for one board; remembers what it applied."""
+    """The best knobs per (target family, kernel key) for one board; remembers what it
+    applied."""
 
     def __init__(self, board, files: list[Path], use_foreign: bool = False):
         self.board, self.use_foreign = board, use_foreign
         own = [t.fingerprint() for t in targets_of(board)]
-        self.own: dict[str, dict] = {}  # kernel key -> best record of this board's targets
-        self.others: dict[str, dict] = {}  # ... of another target, or of none
+        # (target family, kernel key) -> best record of this board's targets / of others
+        self.own: dict[tuple[str, str], dict] = {}
+        self.others: dict[tuple[str, str], dict] = {}
         for f in files:
             for r in read_records(f):
                 if r["board"]["name"] != board.name or cost(r) == float("inf"):
                     continue
                 best = self.own if r.get("target") in own else self.others
-                key = r["task"]["key"]
+                key = (record_family(r), r["task"]["key"])
                 if key not in best or cost(r) < cost(best[key]):
                     best[key] = r
         self.best = {**self.others, **self.own} if use_foreign else self.own
@@ -67,22 +70,25 @@ class Tuning:
         def pick(k, node, trial):
             costs = {}
             for algorithm, n, g in trial:
-                rec = self.best.get(kernel_key(n, g, plan.inplace.get(k, ())))
+                rec = self.best.get(("cpu", kernel_key(n, g, plan.inplace.get(k, ()))))
                 if rec is not None:
                     costs[algorithm] = cost(rec)
             return min(costs, key=costs.get) if costs else by_default(k, node, trial)
 
         return pick
 
-    def knobs_for(self, key: str, node, graph, inplace=()) -> dict | None:
-        template = template_of(node, graph)
+    def knobs_for(self, key: str, node, graph, inplace=(), target=None) -> dict | None:
+        """Knobs of the kernel on ``target`` (None: the board's cpu)."""
+        family = target.family if target is not None else "cpu"
+        template = template_of(node, graph, family)
         if template is None:
             return None  # not tunable: nothing to report
-        task = Task(key, template, node, graph, tuple(inplace), self.board)
-        name = f"{node.source or node.op} ({task.label})"
-        rec = self.best.get(key)
-        if key not in self.own and key in self.others:
-            self.foreign.append(self.others[key])
+        task = Task(key, template, node, graph, tuple(inplace), self.board, target)
+        where = f", {family}" if family != "cpu" else ""
+        name = f"{node.source or node.op} ({task.label}{where})"
+        rec = self.best.get((family, key))
+        if (family, key) not in self.own and (family, key) in self.others:
+            self.foreign.append(self.others[(family, key)])
         if rec is None:
             self.fallback.append(f"{name}: no record")
             return None

@@ -4,6 +4,11 @@ The cost model ranks candidates of one task, so the features describe what diffe
 between schedules of the same computation: loop order and extents, what is vectorized,
 unrolled or parallel, and for each buffer access its stride along the innermost loop,
 its footprint and its reuse. Everything is on a log scale: costs are multiplicative.
+
+A GPU kernel (family ``opencl``) has these and then what decides its speed on a GPU
+(``gpu_features``): work-group size, number of work-groups, work per work-item, vector
+width of its stores, local-memory bytes, barriers and unrolled statements. Each family
+has one vector length (``feature_length``), so one cost model sees comparable rows.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..te.expr import Binary, Call, Const, Var, is_float, walk
-from ..te.ir import Allocate, BufferLoad, PrimFunc, Store
+from ..te.ir import Allocate, Barrier, BufferLoad, PrimFunc, Store
 from ..te.visitor import LoopVisitor, stmts_of
 
 KINDS = ("serial", "parallel", "vectorized", "unrolled")
@@ -136,8 +141,52 @@ def _annotations(loops: list[Loop]) -> list[float]:
     ]
 
 
-def features(prim: PrimFunc) -> np.ndarray:
-    """The feature vector of one candidate: whole-kernel totals, then the heaviest store."""
+def features(prim: PrimFunc, family: str = "cpu") -> np.ndarray:
+    """The feature vector of one candidate of ``family``: the loop features, then for a
+    GPU kernel its GPU features."""
+    loop = loop_features(prim)
+    return loop if family == "cpu" else np.concatenate([loop, gpu_features(prim)])
+
+
+def feature_length(family: str) -> int:
+    return _HEAD_LEN + _BODY_LEN + (GPU_LEN if family != "cpu" else 0)
+
+
+GPU_LEN = 7
+
+
+def gpu_features(prim: PrimFunc) -> np.ndarray:
+    """log2 of: work-items per work-group, work-groups, loop iterations per work-item,
+    the widest vectorized loop around a store (the vector width of its loads and stores),
+    local-memory bytes, barriers + 1, statements after unrolling (stores times the extents
+    of the unrolled loops around them)."""
+    from ..codegen.cstyle import SIZE
+    from ..codegen.opencl import launch_of
+
+    launch = launch_of(prim)
+    items = launch.work_group_items
+    sizes = zip(launch.global_size, launch.local_size, strict=True)
+    groups = math.prod(g // max(n, 1) for g, n in sizes)
+    found = stores(prim)
+    iters = sum(_iters(lp) for lp, _ in found)
+    vector = max(
+        (lp.extent for loops, _ in found for lp in loops if lp.kind == "vectorized"), default=1
+    )
+    shared = sum(
+        s.buffer.size * SIZE.get(s.buffer.dtype, 4)
+        for s in stmts_of(prim.body, Allocate)
+        if s.buffer.scope == "shared"
+    )
+    barriers = len(stmts_of(prim.body, Barrier))
+    unrolled = sum(
+        math.prod(lp.extent for lp in loops if lp.kind == "unrolled") for loops, _ in found
+    )
+    values = [items, groups, iters / max(items * groups, 1), vector, shared, barriers + 1, unrolled]
+    return np.array([math.log2(v + 1) for v in values], dtype=np.float32)
+
+
+def loop_features(prim: PrimFunc) -> np.ndarray:
+    """Whole-kernel totals, then the heaviest store."""
     found = stores(prim)
     total_flops = flop_count(prim)
     local = sum(s.buffer.size for s in stmts_of(prim.body, Allocate))
@@ -170,6 +219,7 @@ def features(prim: PrimFunc) -> np.ndarray:
     return np.array(head + body, dtype=np.float32)
 
 
+_HEAD_LEN = 5
 _BODY_LEN = 3 + 8 + 3 * LOOP_SLOTS + ACCESS_SLOTS * ACCESS_LEN + 1
 
 

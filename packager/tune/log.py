@@ -39,6 +39,11 @@ def make_record(
     }
 
 
+def record_family(record: dict) -> str:
+    """The target family a record was measured on (records older than targets: cpu)."""
+    return (record.get("target") or {}).get("family", "cpu")
+
+
 def cost(record: dict) -> float:
     """Median seconds of a good measurement, +inf for an error."""
     r = record["result"]

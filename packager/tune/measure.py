@@ -7,6 +7,12 @@ shares go to whichever device is idle (``remote.pool.spread``): the devices meas
 the same time, a device lost mid-share is taken out and its share measured by another,
 and each measurement names the device that made it. Timings are run with the board's
 thread count through the runtime's own ``pk_parallel_for``.
+
+A GPU task (a task of the board's OpenCL target) is measured on the OpenCL device: on this
+machine in-process through packager/opencl_local.py (each candidate's launch checked
+against the default schedule's output, then timed by its profiling events), on a remote
+board by the OpenCL timing driver (cl_driver.py), built with the board's toolchain and
+run there like the CPU driver.
 """
 
 from __future__ import annotations
@@ -24,9 +30,11 @@ from ..boards import Board
 from ..bundle import C_RUNTIME
 from ..codegen.build import INCLUDE
 from ..codegen.c import codegen_c
+from ..codegen.opencl import codegen_opencl, launch_of
 from ..errors import PackagerError
 from ..native import compile_object
 from ..target import Target
+from .cl_driver import cl_driver_source
 from .driver import driver_source, parse_output
 from .space import valid
 from .tasks import Task, default_func
@@ -81,7 +89,9 @@ class Measurer:
             if m.prim is None:
                 m.error = "invalid"
         todo = [m for m in ms if m.prim is not None]
-        if todo:
+        if todo and task.family == "opencl" and self.board.is_local:
+            self._measure_cl_local(task, todo)
+        elif todo:
             with tempfile.TemporaryDirectory(prefix="pk-tune-") as tmp:
                 exe, built = self._build(task, todo, Path(tmp))
                 if built:
@@ -96,6 +106,8 @@ class Measurer:
         return compile_object(src, self.board.toolchain.cc, self.flags, [INCLUDE], b"tune1")
 
     def _build(self, task: Task, todo: list[Measurement], tmp: Path):
+        if task.family == "opencl":
+            return self._build_cl(task, todo, tmp)
         ref = default_func(task)
         ref.name = "pk_ref"
         sources = [codegen_c(ref)] + [codegen_c(m.prim) for m in todo]
@@ -121,6 +133,53 @@ class Measurer:
         if r.returncode != 0:
             raise PackagerError(f"task {task.label}: linking the timing driver failed:\n{r.stderr}")
         return exe, [m for m, _ in built]
+
+    def _build_cl(self, task: Task, todo: list[Measurement], tmp: Path):
+        """The OpenCL timing driver of the batch, for the board (its kernels are built by the
+        board's OpenCL driver when they run)."""
+        ref = default_func(task)
+        ref.name = "pk_ref"
+        source = cl_driver_source(ref, len(task.node.inputs), {m.index: m.prim for m in todo})
+        exe = tmp / "cl_driver"
+        obj = self._compile(source, tmp)
+        cmd = [self.board.toolchain.cc, *self.flags, obj, "-o", exe, "-lOpenCL", "-lm"]
+        r = subprocess.run(list(map(str, cmd)), capture_output=True, text=True)
+        if r.returncode != 0:
+            raise PackagerError(
+                f"task {task.label}: linking the OpenCL timing driver failed (the board's "
+                f"toolchain needs the OpenCL ICD loader, libOpenCL):\n{r.stderr}"
+            )
+        return exe, todo
+
+    def _measure_cl_local(self, task: Task, todo: list[Measurement]) -> None:
+        """On this machine's OpenCL device: the default kernel's output is the reference;
+        each candidate's first launch is checked against it and warms up, then it is timed
+        by profiling events (launches per sample so a sample lasts its share of
+        min_seconds)."""
+        from ..opencl_local import device
+
+        dev, s = device(), self.settings
+        ref = default_func(task)
+        ref.name = "pk_ref"
+        arrays = _cl_arrays(ref, len(task.node.inputs))
+        n_out = len(arrays) - len(task.node.inputs)
+        try:
+            want = dev.run(codegen_opencl(ref), ref.name, arrays, n_out, launch_of(ref)).outputs
+        except PackagerError as e:
+            raise PackagerError(f"task {task.label}: the default kernel fails: {e}") from e
+        for m in todo:
+            source = codegen_opencl(m.prim)
+            try:
+                dev.program(source)
+            except PackagerError:
+                m.error = "compile_error"
+                continue
+            try:
+                m.error, m.costs = _time_cl(dev, source, m.prim, arrays, want, s)
+            except PackagerError:  # CL_OUT_OF_RESOURCES, an invalid work-group, ...
+                m.error = "runtime_error"
+            finally:
+                dev.forget(source)
 
     def _runtime_objects(self) -> list[Path]:
         """The runtime's own parallel-for, with the board's thread count (candidates are
@@ -169,6 +228,39 @@ class Measurer:
                 for i in todo:  # the driver ended without measuring them: blame it on them
                     by_index[i].error = "runtime_error" if status != "timeout" else status
                 return
+
+
+def _cl_arrays(ref, n_in: int) -> list:
+    """Inputs from a fixed seed (floats in [-1, 1), integers zero: valid indices), then
+    outputs full of NaN (what a candidate leaves unwritten fails the check)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    out = []
+    for k, b in enumerate(ref.params):
+        shape = tuple(int(d) for d in b.shape)
+        a = np.zeros(shape, b.dtype)
+        if k < n_in and a.dtype.kind == "f":
+            a = rng.uniform(-1, 1, shape).astype(b.dtype)
+        elif k >= n_in and a.dtype.kind == "f":
+            a.fill(np.nan)
+        out.append(a)
+    return out
+
+
+def _time_cl(dev, source: str, prim, arrays: list, want: list, s: Settings):
+    """(error or None, seconds per launch of each sample) of one candidate."""
+    import numpy as np
+
+    n_out, launch = len(want), launch_of(prim)
+    first = dev.run(source, prim.name, arrays, n_out, launch)
+    for got, ref in zip(first.outputs, want, strict=True):
+        if not np.allclose(got, ref, rtol=1e-3, atol=1e-3, equal_nan=True):
+            return "wrong_answer", []
+    number = int(s.min_seconds / s.samples / max(first.kernel_ms / 1e3, 1e-9)) + 1
+    run = dev.run(source, prim.name, arrays, n_out, launch, repeat=s.samples * number)
+    ms = run.samples
+    return None, [sum(ms[k : k + number]) / number / 1e3 for k in range(0, len(ms), number)]
 
 
 def _try(fn, *args):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..codegen.opencl import check_kernel
 from ..ops.knobs import Config, Knob
 from ..ops.registry import ScheduleContext, get_op
 from ..te.ir import Allocate, PrimFunc
@@ -78,9 +79,12 @@ def space_of(task: Task) -> ConfigSpace:
 
 def valid(task: Task, values: dict, name: str = "pk_check") -> PrimFunc | None:
     """The lowered candidate, or None when it cannot be valid: the template refuses the
-    setting, lowering fails, or its local buffers would not fit."""
+    setting, lowering fails, its local buffers would not fit, or (a GPU kernel) its
+    work-group or local memory exceeds the device (codegen.opencl.check_kernel)."""
     try:
         prim = lower_config(task, values, name)
+        if task.family == "opencl":
+            check_kernel(prim, task.target)
     except Exception:  # any failure of the template or lowering makes the config invalid
         return None
     local = sum(

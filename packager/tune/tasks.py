@@ -1,10 +1,12 @@
-"""Tunable tasks of a packaged graph: unique kernels whose anchor op has a cpu template,
-and how a task lowers with a knob setting.
+"""Tunable tasks of a packaged graph: unique kernels whose anchor op has a schedule
+template for the family the kernel runs on, and how a task lowers with a knob setting.
 
 A task is identified by its kernel key (what the kernel computes, input shapes and
-dtypes, in-place pairs) plus the board: the same key the build uses to share kernels,
-so a tuning record applies to exactly the kernels it was measured for. Its target (the
-board's cpu target) is what the template is given. Config spaces (space.py) and
+dtypes, in-place pairs) plus its target: the same key the build uses to share kernels,
+so a tuning record applies to exactly the kernels it was measured for. Its target is
+the one the build places the kernel on (lowering.place_node): the board's OpenCL GPU
+when the board has one and the node runs there, else its cpu; the template of that
+family is what is tuned. Config spaces (space.py) and
 measurement (measure.py) build on this module; it needs neither.
 """
 
@@ -20,14 +22,13 @@ from .. import te
 from ..boards import Board
 from ..graph.conv_algorithms import DIRECT, variants
 from ..graph.ir import Graph, Node
-from ..lowering import kernel_key, node_computes, schedule_for
+from ..lowering import gpu_obstacle, kernel_key, lower_node, node_computes, schedule_for
 from ..ops.registry import get_op
-from ..target import CpuTarget, Target
+from ..target import Target, targets_of
 from ..te.alias import allow_alias
 from ..te.ir import PrimFunc
+from ..te.passes import insert_barriers
 from .features import flop_count
-
-TARGET = CpuTarget.family  # the family whose templates are tuned
 
 # Below this many flops per byte of its arguments a kernel is bound by memory traffic
 # (elementwise ops, pools, a matrix-vector product): its speed is told in GB/s.
@@ -42,6 +43,7 @@ class Task:
     graph: Graph
     inplace: tuple
     board: Board
+    target: Target | None = None  # what the kernel runs on (None: the board's cpu)
     weight: int = 1  # how many nodes of the graph call this kernel
     flops: float = 0.0  # one call, estimated from the default schedule's loop IR
     conv: str = ""  # for each form of a conv (conv_algorithms): the direct form's key
@@ -75,12 +77,16 @@ class Task:
         name += f" F{tile}x{tile}" if tile else ""  # the Winograd forms of one conv differ here
         return f"{name} {'x'.join(map(str, shapes[0])) if shapes else ''}".strip()
 
-    def workload(self) -> list:
-        return json.loads(self.key)
+    def __post_init__(self) -> None:
+        if self.target is None:
+            self.target = Target.cpu(self.board)
 
     @property
-    def target(self) -> CpuTarget:
-        return Target.cpu(self.board)
+    def family(self) -> str:
+        return self.target.family
+
+    def workload(self) -> list:
+        return json.loads(self.key)
 
     def computes(self):
         """(args, outs, anchor) with reproducible names."""
@@ -92,8 +98,9 @@ def lower_config(task: Task, values: dict | None, name: str) -> PrimFunc:
     """The candidate kernel for a knob setting (raises when the setting is invalid)."""
     args, outs, anchor = task.computes()
     sch = schedule_for(outs, anchor, task.target, values or {})
-    prim = te.lower(sch, args + outs, name)
-    return allow_alias(prim, task.inplace, len(args))
+    prim = allow_alias(te.lower(sch, args + outs, name), task.inplace, len(args))
+    # as lowering.lower_node: a GPU kernel's work-items wait where they share local memory
+    return insert_barriers(prim) if task.family == "opencl" else prim
 
 
 def default_func(task: Task) -> PrimFunc:
@@ -101,11 +108,27 @@ def default_func(task: Task) -> PrimFunc:
     return lower_config(task, None, "pk_default")
 
 
-def template_of(node: Node, graph: Graph) -> str | None:
-    """The anchor op's name when it has a cpu schedule template (else not tunable)."""
+def template_of(node: Node, graph: Graph, family: str = "cpu") -> str | None:
+    """The anchor op's name when it has a schedule template of ``family`` (else not
+    tunable)."""
     with te.fresh_names():
         _, _, (op, _, _) = node_computes(node, graph)
-    return op if op and TARGET in get_op(op).schedules else None
+    return op if op and family in get_op(op).schedules else None
+
+
+def placed_target(node: Node, graph: Graph, targets, inplace=()) -> Target:
+    """The target the build runs the node on with default schedules (lowering.place_node):
+    the first GPU that takes it, else the cpu (the last of ``targets``)."""
+    *gpus, cpu = targets
+    for gpu in gpus:
+        if gpu_obstacle(node, graph):
+            break
+        try:
+            lower_node(node, graph, "pk_place", gpu, inplace)
+            return gpu
+        except Exception:  # the GPU refuses it: the build runs it on the cpu
+            continue
+    return cpu
 
 
 def _forms(node: Node, graph: Graph, algorithms=None) -> tuple[list, bool]:
@@ -126,7 +149,11 @@ def extract_tasks(
     graph: Graph, board: Board, inplace: dict | None = None, algorithms=None
 ) -> list[Task]:
     """Unique tunable tasks (every algorithm of a conv is a task of its own), costliest
-    (weight x FLOPs) first."""
+    (weight x FLOPs) first. On a board with a GPU each kernel is tuned for the target it
+    is placed on, and convolutions are direct (as the build makes them there)."""
+    targets = targets_of(board)[::-1]  # the GPU first, as the build places nodes
+    if len(targets) > 1:
+        algorithms = (DIRECT,)
     tasks: dict[str, Task] = {}
     direct: dict[str, Task] = {}  # each conv's direct form, tuned or not, by its key
     inplace = inplace or {}
@@ -141,9 +168,10 @@ def extract_tasks(
             if key in tasks:
                 tasks[key].weight += 1
                 continue
-            template = template_of(n, g)
+            target = placed_target(n, g, targets, pairs)
+            template = template_of(n, g, target.family)
             if template:
-                tasks[key] = Task(key, template, n, g, pairs, board, conv=own)
+                tasks[key] = Task(key, template, n, g, pairs, board, target, conv=own)
     work: dict[str, tuple[float, float]] = {}
     for t in tasks.values():  # every form of a conv counts its direct form's work
         base = direct[t.conv] if t.conv else t

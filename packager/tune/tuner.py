@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .features import features, knob_features
-from .log import TuningLog, cost, make_record
+from .log import TuningLog, cost, make_record, record_family
 from .measure import Measurer
 from .model import CostModel
 from .search import PROPOSERS, new_rng
@@ -85,7 +85,7 @@ class _State:
                 self.feats[i] = knob_features(self.space, self.space.digits(i))
             else:
                 prim = prim or valid(self.task, self.space.get(i), f"pk_cand_{i}")
-                self.feats[i] = None if prim is None else features(prim)
+                self.feats[i] = None if prim is None else features(prim, self.task.family)
         return self.feats[i]
 
     def add(self, i: int, c: float, prim=None) -> None:
@@ -125,8 +125,10 @@ def _transfer(model: CostModel, state: _State, records: list[dict]) -> None:
     here = state.task.target.fingerprint()
     by_task: dict[str, list[dict]] = {}
     for r in records:
-        other = r["task"]["key"] != state.task.key or r.get("target") != here
-        if r["task"]["template"] == state.task.template and other:
+        same = (
+            r["task"]["template"] == state.task.template and record_family(r) == state.task.family
+        )
+        if same and (r["task"]["key"] != state.task.key or r.get("target") != here):
             group = r["task"]["key"] + r["board"]["name"] + json.dumps(r.get("target"))
             by_task.setdefault(group, []).append(r)
     for recs in list(by_task.values())[:8]:

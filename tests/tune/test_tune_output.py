@@ -64,7 +64,9 @@ def test_each_task_line_has_its_unit_and_stop_reason(conv_pool_onnx, tmp_path, c
     )
     for tile in (2, 4):
         line = lines[f"conv2d_winograd_nchwc F{tile}x{tile}"]
-        assert re.search(rf"best {NUMBER} effective GFLOP/s  stopped: trials exhausted", line)
+        # a wide-vector target may have fewer Winograd settings than trials
+        stop = r"(trials exhausted \(4 of 4\)|space exhausted \(all [1-3] configs measured\))"
+        assert re.search(rf"best {NUMBER} effective GFLOP/s  stopped: {stop}$", line)
     pool = lines["max_pool_nchwc"]
     # A max pool does no arithmetic: its speed is its memory traffic.
     assert re.search(rf"best {NUMBER} GB/s  stopped: ", pool) and "GFLOP" not in pool
