@@ -164,3 +164,30 @@ def test_dynamic_pi_bundle_needs_the_build_machines_glibc(tmp_path):
     assert versions is not None and versions[-1] > BULLSEYE_GLIBC
     if not Path("/lib/ld-linux-aarch64.so.1").exists():  # no target root: no loader to run it
         assert "ld-linux-aarch64.so.1" in run_selftest(exe, bundle, board.arch).stderr
+
+
+def test_the_tuners_timing_driver_links_like_run_bundle(tmp_path, monkeypatch, cli):
+    # The timing driver runs where run_bundle runs: on a static board it must need no
+    # newer C library than run_bundle does. A host copy with link: static builds, links
+    # and runs it here for real; the link lines it ran are checked.
+    text = (Path("board_profiles") / "host.yaml").read_text()
+    text = text.replace("name: host", "name: shost").replace("  cc: cc", "  cc: cc\n  link: static")
+    (tmp_path / "shost.yaml").write_text(text)
+    monkeypatch.setenv("PACKAGER_BOARDS_DIR", str(tmp_path))
+    import packager.tune.measure as measure
+
+    links, run = [], subprocess.run
+
+    def recording(cmd, *args, **kwargs):
+        words = [str(c) for c in cmd]
+        if "-o" in words and Path(words[words.index("-o") + 1]).name == "driver":
+            links.append(words)
+        return run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(measure.subprocess, "run", recording)
+    log = tmp_path / "t.jsonl"
+    code, _, err = cli(
+        "tune", "examples/tiny_cnn.onnx", "--board", "shost", "--trials", 1, "--log", log
+    )
+    assert code == 0, err
+    assert links and all("-static" in words for words in links), links

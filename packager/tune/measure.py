@@ -32,7 +32,7 @@ from ..codegen.build import INCLUDE
 from ..codegen.c import codegen_c
 from ..codegen.opencl import codegen_opencl, launch_of
 from ..errors import PackagerError
-from ..native import compile_object
+from ..native import compile_object, link_libraries
 from ..target import Target
 from .cl_driver import cl_driver_source
 from .driver import driver_source, parse_output
@@ -128,7 +128,7 @@ class Measurer:
         extra = [self._compile(driver, tmp), *self._runtime_objects()]
         exe = tmp / "driver"
         cmd = [self.board.toolchain.cc, *self.flags, objs[0], *[o for _, o in built], *extra]
-        libs = ["-lm", "-lpthread"]
+        libs = link_libraries(self.board.toolchain.static)  # runs where run_bundle runs
         r = subprocess.run([*map(str, cmd), "-o", str(exe), *libs], capture_output=True, text=True)
         if r.returncode != 0:
             raise PackagerError(f"task {task.label}: linking the timing driver failed:\n{r.stderr}")
@@ -142,7 +142,7 @@ class Measurer:
         source = cl_driver_source(ref, len(task.node.inputs), {m.index: m.prim for m in todo})
         exe = tmp / "cl_driver"
         obj = self._compile(source, tmp)
-        cmd = [self.board.toolchain.cc, *self.flags, obj, "-o", exe, "-lOpenCL", "-lm"]
+        cmd = [self.board.toolchain.cc, *self.flags, obj, "-o", exe, *link_libraries(False, True)]
         r = subprocess.run(list(map(str, cmd)), capture_output=True, text=True)
         if r.returncode != 0:
             raise PackagerError(
