@@ -741,8 +741,9 @@ static void print_profile_table(const kernel_row* rows, int32_t count) {
     char r[64], label[32];
     format_rate(r, sizeof r, flops, 0, total);
     snprintf(label, sizeof label, "total (%d kernels)", (int)count);
-    printf("%-*s  %-*s  %5d  %9.4f  %6.1f%%  %14s\n", width, label, OPS_WIDTH, "", (int)calls,
-           total, 100.0, flops > 0 ? r : "");
+    printf("%-*s  %-*s  %5d  %9.4f  %6.1f%%", width, label, OPS_WIDTH, "", (int)calls, total,
+           100.0);
+    printf(flops > 0 ? "  %14s\n" : "\n", r); /* the rate of every flop, when known */
 }
 
 static void json_string(FILE* f, const char* s) {
