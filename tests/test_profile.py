@@ -248,3 +248,16 @@ def test_packager_run_profile(bundle, cli, tmp_path):
 
     code, out, err = cli("run", bundle, "--board", "host", "--profile-json", tmp_path)
     assert code == 2 and f"--profile-json {tmp_path}: is a directory" in err
+
+
+def test_op_names_are_escaped_in_the_document(bundle, tmp_path):
+    graph = json.loads((bundle / "graph.json").read_text())
+    node = next(n for n in graph["nodes"] if n["op"] == "kernel")
+    node["ops"] = ['we"ird\\op', "tab\there"]
+    (tmp_path / "graph.json").write_text(json.dumps(graph))
+    (tmp_path / "params.bin").write_bytes((bundle / "params.bin").read_bytes())
+    doc_path = tmp_path / "p.json"
+    r = run_bundle(bundle, "--repeat", "2", "--profile-json", doc_path, graph_dir=tmp_path)
+    assert r.returncode == 0, r.stderr
+    kernels = json.loads(doc_path.read_text())["kernels"]
+    assert next(k for k in kernels if k["func"] == node["func"])["ops"] == node["ops"]

@@ -746,10 +746,11 @@ static void print_profile_table(const kernel_row* rows, int32_t count) {
     printf(flops > 0 ? "  %14s\n" : "\n", r); /* the rate of every flop, when known */
 }
 
-static void json_string(FILE* f, const char* s) {
+/* The first n bytes of s (all of it when n < 0) as a JSON string. */
+static void json_string_n(FILE* f, const char* s, long n) {
     fputc('"', f);
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
+    for (long k = 0; s && s[k] && (n < 0 || k < n); k++) {
+        unsigned char c = (unsigned char)s[k];
         if (c == '"' || c == '\\')
             fprintf(f, "\\%c", c);
         else if (c < 0x20)
@@ -758,6 +759,10 @@ static void json_string(FILE* f, const char* s) {
             fputc(c, f);
     }
     fputc('"', f);
+}
+
+static void json_string(FILE* f, const char* s) {
+    json_string_n(f, s, -1);
 }
 
 /* A number, or null for an unknown (negative) one. */
@@ -823,7 +828,8 @@ static void write_profile_json(FILE* f, const pk_graph* g, const char* bundle, c
         fputs(", \"ops\": [", f);
         for (const char *o = row->ops, *e; o && *o; o = *e ? e + 1 : e) {
             e = strchr(o, ' ') ? strchr(o, ' ') : o + strlen(o);
-            fprintf(f, "%s\"%.*s\"", o == row->ops ? "" : ", ", (int)(e - o), o);
+            fputs(o == row->ops ? "" : ", ", f);
+            json_string_n(f, o, (long)(e - o));
         }
         fputs("], \"nodes\": [", f);
         for (int32_t n = row->first_node, seen = 0; seen < row->calls; n++) {
