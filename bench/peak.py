@@ -2,7 +2,7 @@
 
 The peak comes from a generated microkernel: K independent chains of vector FMAs (enough
 to cover the FMA latency on every pipe), compiled with the host board's flags and timed.
-The per-layer figures come from `run_bundle --profile` on a packaged model (one thread).
+The per-layer figures come from `run_bundle --profile-json` on a packaged model (one thread).
 
     python bench/peak.py                       # peak, then ResNet-18-style conv layers
     python bench/peak.py --model mobilenet_v2 --top 15
@@ -91,25 +91,26 @@ def layer_report(model_name: str, peak: float, top: int, algorithm: str = "direc
     model = MODELS[model_name]()
     with tempfile.TemporaryDirectory() as d:
         bundle, exe = build_bundle(model, Path(d), algorithm=algorithm)
-        cmd = [str(exe), str(bundle), "--profile", "--repeat", "5"]
+        doc = Path(d) / "profile.json"
+        cmd = [str(exe), str(bundle), "--profile-json", str(doc), "--repeat", "5"]
         for k, (name, a) in enumerate(input_feeds(model).items()):
             np.save(f"{d}/in{k}.npy", a)
             cmd += ["--input", f"{name}={d}/in{k}.npy"]
         env = dict(os.environ, PACKAGER_NUM_THREADS="1")
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+        subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
         graph = json.loads((bundle / "graph.json").read_text())
-    profile = json.loads(r.stdout.strip().splitlines()[-2])["nodes"]
+        kernels = json.loads(doc.read_text())["kernels"]  # one row per kernel, all its calls
+    by_name = {n["name"]: n for n in graph["nodes"]}
     rows = []
-    for entry in profile:
-        node = graph["nodes"][entry["node"]]
-        if "conv" not in node["func"]:
+    for k in kernels:
+        if "conv" not in k["func"]:
             continue
-        flops = conv_flops(node, graph)
-        gflops = flops / (entry["median_ms"] * 1e6)
-        rows.append((entry["median_ms"], node["name"], node["func"], gflops, gflops / peak))
+        flops = sum(conv_flops(by_name[n], graph) for n in k["nodes"])
+        gflops = flops / (k["median_ms"] * 1e6)
+        rows.append((k["median_ms"], ", ".join(k["nodes"]), k["func"], gflops, gflops / peak))
     rows.sort(reverse=True)
-    print(f"\n{model_name}: conv layers by time (1 thread, 3x3 convs {algorithm})")
-    print(f"{'ms':>8}  {'GFLOPS':>7}  {'of peak':>7}  node (kernel)")
+    print(f"\n{model_name}: conv kernels by time (1 thread, 3x3 convs {algorithm})")
+    print(f"{'ms':>8}  {'GFLOPS':>7}  {'of peak':>7}  nodes (kernel)")
     for ms, name, func, g, frac in rows[:top]:
         print(f"{ms:8.3f}  {g:7.2f}  {frac:7.1%}  {name} ({func})")
 

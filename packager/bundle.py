@@ -21,24 +21,31 @@ import numpy as np
 from . import __version__, resources
 from .codegen.opencl import render_program
 from .errors import PackagerError
-from .graph.ir import Graph, np_dtype
+from .graph.ir import Graph, Node, np_dtype
 from .graph.memory import MemoryPlan
 from .graph.plan_report import plan_stats
 from .lowering import Kernel
 from .names import safe_name
 from .params_file import file_size, write_params
 from .safe_paths import check_bundle_output, remove_quietly, signals_held
+from .tune.features import flop_count
 
 C_RUNTIME = resources.c_runtime()
 RUNTIME_PARTS = ("include", "src", "tools", "CMakeLists.txt")
 
 
 def graph_json(
-    graph: Graph, funcs: list[str], plan: MemoryPlan, devices: dict[str, str] | None = None
+    graph: Graph,
+    funcs: list[str],
+    plan: MemoryPlan,
+    devices: dict[str, str] | None = None,
+    flops: dict[str, float] | None = None,
 ) -> dict:
     """The graph.json document: nodes in execution order, entries, storage plan.
-    ``devices``: function -> the device it runs on, where that is not the CPU."""
+    ``devices``: function -> the device it runs on, where that is not the CPU.
+    ``flops``: function -> floating-point operations of one call (kernel_flops)."""
     devices = devices or {}
+    flops = flops or {}
     nodes, row_ptr, entry_of = [], [0], {}
     shapes, dtypes = [], []
 
@@ -64,6 +71,7 @@ def graph_json(
             "func": func,
             "inputs": ins,
             "num_outputs": len(node.outputs),
+            **node_cost(graph, node, flops.get(func)),
         }
         if devices.get(func, "cpu") != "cpu":
             doc["device"] = devices[func]
@@ -87,6 +95,23 @@ def graph_json(
         "storage": plan.storage,
         "arena_bytes": plan.arena_bytes,
     }
+
+
+def node_cost(graph: Graph, node: Node, flops: float | None) -> dict:
+    """What a profile reads of a kernel node: the ops fused into it in order, the bytes its
+    inputs and outputs hold (what one call moves at least), and its flops when known."""
+    ops = [n["op"] for n in node.attrs["nodes"]] if node.op == "fused" else [node.op]
+    moved = sum(graph.values[n].nbytes for n in [*node.inputs, *node.outputs])
+    cost = {"ops": ops, "bytes": float(moved)}
+    if flops is not None:
+        cost["flops"] = flops
+    return cost
+
+
+def kernel_flops(kernels: list[Kernel]) -> dict[str, float]:
+    """Floating-point operations of one call of each kernel, counted on its loop IR as the
+    tuner counts them (a max or a copy is no flop)."""
+    return {k.func: flop_count(k.prim) for k in kernels if k.prim is not None}
 
 
 def registry_source(kernels: list[Kernel], program: str = "") -> str:
@@ -223,7 +248,7 @@ def write_bundle_files(
         (root / "kernels" / "program.cl").write_text(program)
     (root / "kernels" / "registry.c").write_text(registry_source(kernels, program))
     devices = {k.func: k.device for k in kernels if k.device != "cpu"}
-    gj = graph_json(graph, compiled.funcs, compiled.plan, devices)
+    gj = graph_json(graph, compiled.funcs, compiled.plan, devices, kernel_flops(kernels))
     _write_json(root / "graph.json", gj)
     params = [
         (v.name, np.asarray(v.data, dtype=np_dtype(v.dtype), order="C")) for v in graph.consts()

@@ -270,6 +270,17 @@ def make_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="run N times after a warm-up; the last line printed is JSON with median_ms",
     )
+    r.add_argument(
+        "--profile",
+        action="store_true",
+        help="with the timing (--repeat, default 20), print a table of the kernels, slowest "
+        "first: ops fused, calls, median ms, share, GFLOP/s or GB/s, device",
+    )
+    r.add_argument(
+        "--profile-json",
+        metavar="FILE",
+        help="--profile, and write the profile as JSON to FILE (docs/bundle-format.md)",
+    )
     add_connection_options(r)
     r.set_defaults(fn=cmd_run)
     add_board_parsers(sub)

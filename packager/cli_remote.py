@@ -27,23 +27,31 @@ def open_target(args, board_name: str):
     return open_(load_board(board_name), limits, args.trust_on_first_use, log)
 
 
+PROFILE_REPEAT = 20  # runs timed by --profile when --repeat does not say
+
+
 def cmd_run(args) -> int:
-    from .safe_paths import check_output_dir
+    from .safe_paths import check_output_dir, check_output_file
 
     inputs = parse_inputs(args.input)
     if args.output_dir is not None:
         check_output_dir(args.output_dir)
-    fill = fill_args(args)
+    if args.profile_json is not None:
+        check_output_file(args.profile_json, "--profile-json")
+    profile = args.profile or args.profile_json is not None
+    repeat = args.repeat or (PROFILE_REPEAT if profile else 0)
+    fill = fill_args(args) + (["--profile"] if profile else [])
     target = open_target(args, args.board)
     try:
         r = target.run(
             Path(args.bundle),
             inputs,
             args.output_dir,
-            args.repeat,
+            repeat,
             args.timeout,
             verify=not args.no_verify,
             extra=fill,
+            profile_json=args.profile_json,
         )
     finally:
         target.close()
@@ -99,15 +107,34 @@ def cmd_bench(args) -> int:
     target = open_target(args, args.board)
     try:
         rows, summary = target.bench(
-            [Path(b) for b in args.bundles], args.repeat, args.timeout, not args.no_verify
+            [Path(b) for b in args.bundles],
+            args.repeat,
+            args.timeout,
+            not args.no_verify,
+            args.profile,
         )
     finally:
         target.close()
     for s in summary:
         log(s)
+    for row in rows:  # run_bundle's table, under a line saying what and where it measured
+        if "profile" in row:
+            print(profile_heading(row))
+            print(row.pop("table"))
     for row in rows:  # one JSON line per bundle: the last line has median_ms, as `run`
+        row.pop("profile", None)
         print(json.dumps(row))
     return 0
+
+
+def profile_heading(row: dict) -> str:
+    """``== model (bundle) on device: board, N threads, median X ms ==`` from the profile."""
+    doc = row["profile"]
+    where = doc["device"] if doc["device"] != "cpu" else f"{doc['threads']} thread(s)"
+    return (
+        f"== {doc['model']} ({row['bundle']}) on {row['device']}: board {doc['board']}, "
+        f"{where}, median {doc['total']['median_ms']:.4f} ms over {doc['repeat']} runs =="
+    )
 
 
 def cmd_clean(args) -> int:
@@ -199,11 +226,17 @@ def add_parsers(sub) -> None:
         help="time bundles on a board (the devices of a pool share the work)",
         description="Run each bundle's selftest, then time --repeat runs of it, on the "
         "board's devices in parallel. Prints one JSON line per bundle (median_ms, min_ms, "
-        "mean_ms, repeat, device); stderr says which device did what.",
+        "mean_ms, repeat, device); stderr says which device did what. With --profile, "
+        "first each bundle's per-kernel table as its device measured it.",
     )
     b.add_argument("bundles", nargs="+", metavar="OUT")
     b.add_argument("--board", required=True, help=BOARD_HELP)
     b.add_argument("--repeat", type=int, default=20, metavar="N", help="default 20")
+    b.add_argument(
+        "--profile",
+        action="store_true",
+        help="time each kernel too and print its table (run_bundle --profile) per bundle",
+    )
     add_verify_option(b)
     add_connection_options(b)
     b.set_defaults(fn=cmd_bench)

@@ -313,6 +313,15 @@ def run_local(
             remove_quietly(work)
 
 
+def bench_row(stdout: str) -> tuple[dict, str]:
+    """run_bundle --repeat's timing (its last line) and, with --profile, its kernel table
+    (the lines from the one headed ``kernel`` to the timing; "" without)."""
+    lines = stdout.strip().splitlines()
+    heads = [k for k, line in enumerate(lines) if line.startswith("kernel ")]
+    table = "\n".join(lines[heads[-1] : -1]) if heads else ""
+    return json.loads(lines[-1]), table
+
+
 def selftest_local(
     bundle: Path, board: Board, log=None, digests: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:

@@ -91,6 +91,16 @@ def check_output_dir(path: str | os.PathLike, option: str = "--output-dir") -> P
     return p
 
 
+def check_output_file(path: str | os.PathLike, option: str) -> Path:
+    """A file to write whole: not a directory, in a directory that exists."""
+    p = Path(path)
+    if p.is_dir():
+        raise PackagerError(f"{option} {path}: is a directory; give a file name")
+    if not p.absolute().parent.is_dir():
+        raise PackagerError(f"{option} {path}: its directory {p.absolute().parent} does not exist")
+    return p
+
+
 def check_log_file(path: str | os.PathLike, option: str = "--log") -> Path:
     """A tuning log to append to: missing, empty, or one whose first line is a record."""
     p = Path(path)

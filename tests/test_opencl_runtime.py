@@ -83,9 +83,9 @@ def test_ctest_with_opencl(tmp_path, env):
 
 
 def check_bundle_run(root: Path, exe: Path, tmp: Path) -> None:
-    out = tmp / "out"
+    out, doc = tmp / "out", tmp / "profile.json"
     r = subprocess.run(
-        [exe, root, *feeds(tmp), "--output-dir", out, "--repeat", "3", "--profile"],
+        [exe, root, *feeds(tmp), "--output-dir", out, "--repeat", "3", "--profile-json", doc],
         capture_output=True,
         text=True,
     )
@@ -94,9 +94,11 @@ def check_bundle_run(root: Path, exe: Path, tmp: Path) -> None:
     x, idx = np.load(tmp / "x.npy"), np.load(tmp / "idx.npy")
     for name, want in zip(["y_out", "sum_0", "idx_copy"], reference(x, idx), strict=True):
         np.testing.assert_array_equal(np.load(out / f"{name}.npy"), want)
-    profile = json.loads(r.stdout.strip().splitlines()[-2])
-    assert {n["name"]: n["device"] for n in profile["nodes"]} == {"add": "opencl", "relu": "cpu"}
-    assert all(n["median_ms"] >= 0 for n in profile["nodes"])
+    profile = json.loads(doc.read_text())
+    kernels = profile["kernels"]
+    assert {n: k["device"] for k in kernels for n in k["nodes"]} == {"add": "opencl", "relu": "cpu"}
+    assert all(k["median_ms"] >= 0 for k in kernels)
+    assert f"opencl device: {profile['device']}\n" in r.stderr  # the device's name, not "cpu"
     assert list(Path(os.environ["PACKAGER_CL_CACHE_DIR"]).glob("*.bin"))
 
 

@@ -122,9 +122,10 @@ def test_bad_values_refused(tiny, args, message):
 def test_readme_profile_line_works(tiny):
     r = run_bundle(tiny, "--repeat", "20", "--profile")
     assert r.returncode == 0, r.stderr
-    *_, profile, timing = r.stdout.strip().splitlines()
-    assert json.loads(timing)["repeat"] == 20
-    assert json.loads(profile)["nodes"]
+    lines = r.stdout.strip().splitlines()
+    assert json.loads(lines[-1])["repeat"] == 20
+    head = next(k for k, line in enumerate(lines) if line.startswith("kernel "))
+    assert lines[-2].startswith("total (8 kernels)") and len(lines) - 2 - head == 9
     stats(r.stdout)
 
 

@@ -97,6 +97,11 @@ const char* pk_graph_node_name(const pk_graph* g, int32_t n);
 const char* pk_graph_node_func(const pk_graph* g, int32_t n);
 /* Where kernel node n runs: "cpu" or "opencl" (NULL for other nodes). */
 const char* pk_graph_node_device(const pk_graph* g, int32_t n);
+/* What graph.json says of kernel node n (old bundles say nothing): the op names fused into
+ * it, separated by spaces (else NULL); the flops and bytes of one call (else -1). */
+const char* pk_graph_node_ops(const pk_graph* g, int32_t n);
+double pk_graph_node_flops(const pk_graph* g, int32_t n);
+double pk_graph_node_bytes(const pk_graph* g, int32_t n);
 /* The OpenCL device's name, or NULL when the graph runs nothing on OpenCL. */
 const char* pk_graph_device_name(const pk_graph* g);
 /* Copies output i (bytes must equal its size) into dst. */

@@ -104,6 +104,7 @@ void pk_graph_free_parts(pk_graph* g) {
         free(g->nodes[n].inputs);
         free(g->nodes[n].args);
         free(g->nodes[n].inplace);
+        free(g->nodes[n].ops);
     }
     for (int32_t i = 0; g->storage && i < g->num_storage; i++)
         free(g->storage[i].param);
@@ -419,6 +420,18 @@ const char* pk_graph_node_func(const pk_graph* g, int32_t n) {
 const char* pk_graph_node_device(const pk_graph* g, int32_t n) {
     if (!g || n < 0 || n >= g->num_nodes || g->nodes[n].op != PK_NODE_KERNEL) return NULL;
     return g->nodes[n].device == PK_DEV_CPU ? pk_cpu_backend.name : g->dev->name;
+}
+
+const char* pk_graph_node_ops(const pk_graph* g, int32_t n) {
+    return pk_graph_node_func(g, n) ? g->nodes[n].ops : NULL;
+}
+
+double pk_graph_node_flops(const pk_graph* g, int32_t n) {
+    return pk_graph_node_func(g, n) ? g->nodes[n].flops : -1;
+}
+
+double pk_graph_node_bytes(const pk_graph* g, int32_t n) {
+    return pk_graph_node_func(g, n) ? g->nodes[n].bytes : -1;
 }
 
 const char* pk_graph_device_name(const pk_graph* g) {

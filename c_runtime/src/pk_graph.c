@@ -95,6 +95,39 @@ static pk_status parse_device(loader* L, int32_t t, int32_t i) {
     return PK_OK;
 }
 
+/* Optional cost fields of a kernel node (docs/bundle-format.md): "flops" and "bytes", finite
+ * numbers >= 0, and "ops", op names, kept as one string separated by spaces. */
+static pk_status parse_cost(loader* L, int32_t t, int32_t i) {
+    static const char* const keys[] = {"flops", "bytes"};
+    pk_node* node = &L->g->nodes[i];
+    double* values[] = {&node->flops, &node->bytes};
+    for (int k = 0; k < 2; k++) {
+        int32_t v = pj_get(&L->d, t, keys[k]);
+        *values[k] = -1;
+        if (v >= 0 && (!pj_double(&L->d, v, values[k]) || !(*values[k] >= 0) || *values[k] > 1e300))
+            return pk_fail(PK_ERR_FORMAT, GJ ": nodes[%d].%s: expected a finite number >= 0",
+                           (int)i, keys[k]);
+    }
+    int32_t ops = pj_get(&L->d, t, "ops");
+    if (ops < 0) return PK_OK;
+    if (L->d.toks[ops].type != PJ_ARR)
+        return pk_fail(PK_ERR_FORMAT, GJ ": nodes[%d].ops: expected an array of op names", (int)i);
+    size_t len = 1; /* raw lengths bound the decoded ones */
+    for (int32_t e = ops + 1, k = 0; k < L->d.toks[ops].count; k++, e = L->d.toks[e].next)
+        len += (size_t)L->d.toks[e].len + 1;
+    if (!(node->ops = calloc(len, 1))) return pk_fail(PK_ERR_NOMEM, GJ ": out of memory");
+    for (int32_t e = ops + 1, k = 0; k < L->d.toks[ops].count; k++, e = L->d.toks[e].next) {
+        char* name = pj_strdup(&L->d, e);
+        int ok = name && *name && !strchr(name, ' ');
+        if (ok) strcat(strcat(node->ops, k ? " " : ""), name);
+        free(name);
+        if (!ok)
+            return pk_fail(PK_ERR_FORMAT, GJ ": nodes[%d].ops[%d]: expected an op name (a string)",
+                           (int)i, (int)k);
+    }
+    return PK_OK;
+}
+
 static pk_status parse_node(loader* L, int32_t t, int32_t i) {
     static const char* const ops[] = {"input", "param", "kernel"};
     pk_node* node = &L->g->nodes[i];
@@ -119,7 +152,7 @@ static pk_status parse_node(loader* L, int32_t t, int32_t i) {
     if (node->op == PK_NODE_KERNEL) {
         int32_t func = field(L, t, where, "func", PJ_STR, &s);
         if (s || !(node->func = dup_string(L, func, &s))) return s;
-        if ((s = parse_device(L, t, i))) return s;
+        if ((s = parse_device(L, t, i)) || (s = parse_cost(L, t, i))) return s;
         if (nout < 1 || nout > INT32_MAX / 2)
             return pk_fail(PK_ERR_FORMAT, GJ ": %s.num_outputs: %lld is out of range", where,
                            (long long)nout);

@@ -30,6 +30,8 @@ typedef struct {
     void** args;     /* input buffers then output buffers, as the kernel ABI wants */
     int32_t num_inplace;
     int32_t (*inplace)[2]; /* [output, input] positions written in place, by output */
+    char* ops;             /* fused op names separated by spaces; NULL when not given */
+    double flops, bytes;   /* of one call; -1 when not given */
 } pk_node;
 
 typedef struct {

@@ -26,6 +26,8 @@ pk_status pk_fail(pk_status s, const char* fmt, ...) PK_PRINTF(2, 3);
 /* When PACKAGER_NUM_THREADS or PACKAGER_PIN_CORES is malformed or names a core the machine
  * does not have: a message naming the variable and its value in buf, and non-zero. */
 int pk_parallel_env_error(char* buf, size_t cap);
+/* Threads that run parallel loops (the caller included), starting the pool if need be. */
+int pk_parallel_threads(void);
 
 /* ---- dtypes (pk_dtype.c) ---- */
 typedef struct {

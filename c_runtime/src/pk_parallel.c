@@ -109,6 +109,10 @@ void pk_parallel_for(void (*body)(void* ctx, int64_t i), void* ctx, int64_t n) {
     run_serial(body, ctx, n);
 }
 
+int pk_parallel_threads(void) {
+    return 1;
+}
+
 #else
 
 #include <pthread.h>
@@ -273,6 +277,11 @@ static void start_pool(void) {
         pthread_detach(t);
         pool.workers++;
     }
+}
+
+int pk_parallel_threads(void) {
+    pthread_once(&pool_once, start_pool);
+    return pool.workers + 1;
 }
 
 void pk_parallel_for(void (*body)(void* ctx, int64_t i), void* ctx, int64_t n) {

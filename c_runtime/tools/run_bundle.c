@@ -15,12 +15,14 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { EXIT_INTERNAL = 1, EXIT_BAD_INPUT = 2, EXIT_MISMATCH = 3 };
 
 static const char usage_text[] =
     "usage: run_bundle BUNDLE_DIR [--input NAME=FILE.npy]... [--fill random|zeros] [--seed N]\n"
-    "                  [--output-dir DIR] [--top K] [--repeat N [--profile]]\n"
+    "                  [--output-dir DIR] [--top K]\n"
+    "                  [--repeat N [--profile] [--profile-json FILE]]\n"
     "                  [--selftest [--rtol R] [--atol A]]\n"
     "\n"
     "Loads BUNDLE_DIR/graph.json and BUNDLE_DIR/params.bin, runs the model once and prints\n"
@@ -40,10 +42,14 @@ static const char usage_text[] =
     "  --repeat N          after the first (warm-up) run, time N more runs; the last line of\n"
     "                      stdout is {\"median_ms\": x, \"min_ms\": y, \"mean_ms\": z, \"repeat\": "
     "N}\n"
-    "  --profile           with --repeat: before that line, print one JSON line\n"
-    "                      {\"nodes\": [{\"node\", \"name\", \"func\", \"device\", "
-    "\"median_ms\"}...]}\n"
-    "                      with each kernel node's device (cpu, opencl) and median time\n"
+    "  --profile           with --repeat: before that line, print a table of the kernels,\n"
+    "                      slowest first: the ops fused into each, its calls per run, the\n"
+    "                      sum of their median times, its share of all kernels' time, its\n"
+    "                      rate (GFLOP/s when it does at least a flop per byte it moves,\n"
+    "                      else GB/s; '-' for a bundle whose graph.json has no counts) and\n"
+    "                      its device (cpu, opencl); then a total line\n"
+    "  --profile-json FILE with --repeat: --profile, and write the profile as JSON to FILE\n"
+    "                      (whole, through a temporary file beside it; docs/bundle-format.md)\n"
     "  --selftest          take inputs from BUNDLE_DIR/selftest/input_<i>.npy and compare the\n"
     "                      outputs with selftest/output_<i>.npy: floats pass when\n"
     "                      |got - want| <= atol + rtol * |want| (NaN equals NaN), other dtypes\n"
@@ -63,6 +69,7 @@ typedef struct {
     const char* output_dir;
     long repeat;
     int profile;
+    const char* profile_json;
     int selftest;
     double rtol, atol;
     int have_rtol, have_atol;
@@ -156,7 +163,7 @@ static int parse_args(int argc, char** argv, options* o) {
             o->profile = 1;
         } else if (!strcmp(a, "--input") || !strcmp(a, "--output-dir") || !strcmp(a, "--repeat") ||
                    !strcmp(a, "--rtol") || !strcmp(a, "--atol") || !strcmp(a, "--fill") ||
-                   !strcmp(a, "--seed") || !strcmp(a, "--top")) {
+                   !strcmp(a, "--seed") || !strcmp(a, "--top") || !strcmp(a, "--profile-json")) {
             if (!v) return fail(EXIT_BAD_INPUT, "%s needs a value%s (see --help)", a, "");
             i++;
             int rc = parse_fill_option(a, v, o);
@@ -169,6 +176,10 @@ static int parse_args(int argc, char** argv, options* o) {
                 o->inputs[o->num_inputs++] = v;
             } else if (!strcmp(a, "--output-dir")) {
                 o->output_dir = v;
+            } else if (!strcmp(a, "--profile-json")) {
+                if (!*v)
+                    return fail(EXIT_BAD_INPUT, "--profile-json wants a file name%s%s", "", "");
+                o->profile_json = v, o->profile = 1;
             } else if (!parse_number(v, &d)) {
                 return fail(EXIT_BAD_INPUT, "%s wants a non-negative number, got '%s'", a, v);
             } else if (!strcmp(a, "--repeat")) {
@@ -189,7 +200,8 @@ static int parse_args(int argc, char** argv, options* o) {
     }
     if (!o->bundle) return fail(EXIT_BAD_INPUT, "missing BUNDLE_DIR%s%s (see --help)", "", "");
     if (o->profile && !o->repeat)
-        return fail(EXIT_BAD_INPUT, "--profile needs --repeat N%s%s", "", "");
+        return fail(EXIT_BAD_INPUT, "%s needs --repeat N%s",
+                    o->profile_json ? "--profile-json" : "--profile", "");
     if (o->selftest && (o->num_inputs || o->have_fill || o->have_seed))
         return fail(EXIT_BAD_INPUT,
                     "--selftest takes its inputs from selftest/%s%s (no --input, "
@@ -629,79 +641,307 @@ static double median_of(double* t, long n) {
     return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
 }
 
-static void print_json_string(const char* s) {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
+/* ---- the per-kernel profile (--profile, --profile-json) ---- */
+
+/* One generated function: the nodes that call it, summed. flops and bytes are per run, -1
+ * when graph.json does not give them for every call (a bundle from before they existed). */
+typedef struct {
+    const char* func;
+    const char* device;
+    const char* ops; /* space-separated, or NULL */
+    int32_t calls, first_node;
+    double ms, flops, bytes;
+} kernel_row;
+
+static double add_known(double sum, double v) {
+    return sum < 0 || v < 0 ? -1 : sum + v;
 }
 
-/* One JSON line: each kernel node's median time over the runs (node_ms: repeat rows). */
-static void print_profile(const pk_graph* g, double* node_ms, long repeat) {
-    int32_t nodes = pk_graph_num_nodes(g);
-    double* col = node_ms + (size_t)repeat * (size_t)nodes; /* scratch row */
-    printf("{\"nodes\": [");
-    int first = 1;
+/* Kernel rows from the per-node times (node_ms: repeat rows, then one scratch row), slowest
+ * first; returns how many, or -1 when out of memory. */
+static int32_t kernel_rows(const pk_graph* g, double* node_ms, long repeat, kernel_row** out) {
+    int32_t nodes = pk_graph_num_nodes(g), count = 0;
+    double* col = node_ms + (size_t)repeat * (size_t)nodes;
+    kernel_row* rows = calloc((size_t)nodes + 1, sizeof *rows);
+    if (!rows) return -1;
     for (int32_t n = 0; n < nodes; n++) {
-        if (!pk_graph_node_func(g, n)) continue;
+        const char* func = pk_graph_node_func(g, n);
+        if (!func) continue;
+        int32_t k = 0;
+        while (k < count && strcmp(rows[k].func, func) != 0)
+            k++;
+        if (k == count) {
+            rows[count++] = (kernel_row){
+                func, pk_graph_node_device(g, n), pk_graph_node_ops(g, n), 0, n, 0, 0, 0};
+        }
         for (long r = 0; r < repeat; r++)
             col[r] = node_ms[(size_t)r * (size_t)nodes + (size_t)n];
-        printf("%s{\"node\": %d, \"name\": ", first ? "" : ", ", (int)n);
-        print_json_string(pk_graph_node_name(g, n));
-        printf(", \"func\": ");
-        print_json_string(pk_graph_node_func(g, n));
-        printf(", \"device\": ");
-        print_json_string(pk_graph_node_device(g, n));
-        printf(", \"median_ms\": %.6f}", median_of(col, repeat));
-        first = 0;
+        rows[k].calls++;
+        rows[k].ms += median_of(col, repeat);
+        rows[k].flops = add_known(rows[k].flops, pk_graph_node_flops(g, n));
+        rows[k].bytes = add_known(rows[k].bytes, pk_graph_node_bytes(g, n));
     }
-    printf("]}\n");
+    for (int32_t i = 1; i < count; i++) /* insertion sort: stable, slowest first */
+        for (int32_t j = i; j > 0 && rows[j].ms > rows[j - 1].ms; j--) {
+            kernel_row t = rows[j];
+            rows[j] = rows[j - 1], rows[j - 1] = t;
+        }
+    *out = rows;
+    return count;
 }
 
-static int time_runs(pk_graph* g, long repeat, int profile) {
+static double rate(double amount, double ms) {
+    return amount > 0 && ms > 0 ? amount / (ms * 1e6) : -1; /* per ms -> G per s */
+}
+
+/* A kernel doing at least one flop per byte it moves is rated in GFLOP/s (convolutions,
+ * matrix products); the rest in GB/s (pooling, elementwise, layout, reductions), where a
+ * flop rate would say little. "-" when graph.json gives neither count. */
+static void format_rate(char* buf, size_t cap, double flops, double bytes, double ms) {
+    int compute = flops > 0 && (bytes <= 0 || flops >= bytes);
+    double r = compute ? rate(flops, ms) : rate(bytes, ms);
+    if (r < 0)
+        snprintf(buf, cap, "%13s", "-");
+    else
+        snprintf(buf, cap, "%8.2f %-6s", r, compute ? "GFLOP/s" : "GB/s");
+}
+
+/* "conv2d_nchwc+add+relu", cut to `width` characters with "..." at the end. */
+static void format_ops(char* buf, size_t width, const char* ops) {
+    size_t n = 0;
+    for (const char* c = ops ? ops : "-"; *c && n < width; c++)
+        buf[n++] = *c == ' ' ? '+' : *c;
+    buf[n] = 0;
+    if (ops && strlen(ops) > width) memcpy(buf + width - 3, "...", 4);
+}
+
+#define OPS_WIDTH 28
+
+static void print_profile_table(const kernel_row* rows, int32_t count) {
+    int width = 6;
+    double total = 0, flops = 0;
+    int32_t calls = 0;
+    for (int32_t k = 0; k < count; k++) {
+        int len = (int)strlen(rows[k].func);
+        width = len > width ? len : width;
+        total += rows[k].ms;
+        flops = add_known(flops, rows[k].flops);
+        calls += rows[k].calls;
+    }
+    printf("%-*s  %-*s  %5s  %9s  %7s  %14s  %s\n", width, "kernel", OPS_WIDTH, "ops fused",
+           "calls", "median ms", "% total", "rate", "device");
+    for (int32_t k = 0; k < count; k++) {
+        char ops[OPS_WIDTH + 1], r[64];
+        format_ops(ops, OPS_WIDTH, rows[k].ops);
+        format_rate(r, sizeof r, rows[k].flops, rows[k].bytes, rows[k].ms);
+        printf("%-*s  %-*s  %5d  %9.4f  %6.1f%%  %14s  %s\n", width, rows[k].func, OPS_WIDTH, ops,
+               (int)rows[k].calls, rows[k].ms, total > 0 ? 100 * rows[k].ms / total : 0, r,
+               rows[k].device);
+    }
+    char r[64], label[32];
+    format_rate(r, sizeof r, flops, 0, total);
+    snprintf(label, sizeof label, "total (%d kernels)", (int)count);
+    printf("%-*s  %-*s  %5d  %9.4f  %6.1f%%", width, label, OPS_WIDTH, "", (int)calls, total,
+           100.0);
+    printf(flops > 0 ? "  %14s\n" : "\n", r); /* the rate of every flop, when known */
+}
+
+/* The first n bytes of s (all of it when n < 0) as a JSON string. */
+static void json_string_n(FILE* f, const char* s, long n) {
+    fputc('"', f);
+    for (long k = 0; s && s[k] && (n < 0 || k < n); k++) {
+        unsigned char c = (unsigned char)s[k];
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void json_string(FILE* f, const char* s) {
+    json_string_n(f, s, -1);
+}
+
+/* A number, or null for an unknown (negative) one. */
+static void json_number(FILE* f, double v) {
+    if (v < 0)
+        fputs("null", f);
+    else
+        fprintf(f, "%.9g", v);
+}
+
+/* manifest.json's model (its file's stem) and board names, "" when it does not say. */
+static void manifest_names(const char* bundle, char* model, char* board, size_t cap) {
+    char* path = str_printf("%s/manifest.json", bundle);
+    void* buf = NULL;
+    size_t len;
+    pj_doc d;
+    model[0] = board[0] = 0;
+    if (path && !pk_read_file(path, &buf, &len) && !pj_parse(&d, buf, len, path)) {
+        char* file = pj_strdup(&d, pj_get(&d, pj_get(&d, 0, "model"), "file"));
+        char* name = pj_strdup(&d, pj_get(&d, pj_get(&d, 0, "board"), "name"));
+        const char* base = file && strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
+        const char* dot = base ? strrchr(base, '.') : NULL;
+        if (base) snprintf(model, cap, "%.*s", (int)(dot && dot > base ? dot - base : 200), base);
+        if (name) snprintf(board, cap, "%s", name);
+        free(file);
+        free(name);
+        pj_free(&d);
+    }
+    pk_aligned_free(buf);
+    free(path);
+}
+
+typedef struct {
+    double median, min, mean;
+    long repeat;
+} timing;
+
+static void write_profile_json(FILE* f, const pk_graph* g, const char* bundle, const timing* t,
+                               const kernel_row* rows, int32_t count) {
+    char model[256], board[256];
+    double total = 0;
+    for (int32_t k = 0; k < count; k++)
+        total += rows[k].ms;
+    manifest_names(bundle, model, board, sizeof model);
+    fputs("{\"version\": 1, \"bundle\": ", f);
+    json_string(f, bundle);
+    fputs(", \"model\": ", f);
+    json_string(f, model);
+    fputs(", \"board\": ", f);
+    json_string(f, board);
+    fprintf(f, ", \"threads\": %d, \"repeat\": %ld, \"device\": ", pk_parallel_threads(),
+            t->repeat);
+    json_string(f, pk_graph_device_name(g) ? pk_graph_device_name(g) : "cpu");
+    fprintf(f, ",\n \"total\": {\"median_ms\": %.6f, \"min_ms\": %.6f, \"mean_ms\": %.6f},\n",
+            t->median, t->min, t->mean);
+    fputs(" \"kernels\": [", f);
+    for (int32_t k = 0; k < count; k++) {
+        const kernel_row* row = &rows[k];
+        fprintf(f, "%s\n  {\"func\": ", k ? "," : "");
+        json_string(f, row->func);
+        fputs(", \"device\": ", f);
+        json_string(f, row->device);
+        fputs(", \"ops\": [", f);
+        for (const char *o = row->ops, *e; o && *o; o = *e ? e + 1 : e) {
+            e = strchr(o, ' ') ? strchr(o, ' ') : o + strlen(o);
+            fputs(o == row->ops ? "" : ", ", f);
+            json_string_n(f, o, (long)(e - o));
+        }
+        fputs("], \"nodes\": [", f);
+        for (int32_t n = row->first_node, seen = 0; seen < row->calls; n++) {
+            if (!pk_graph_node_func(g, n) || strcmp(pk_graph_node_func(g, n), row->func)) continue;
+            fputs(seen++ ? ", " : "", f);
+            json_string(f, pk_graph_node_name(g, n));
+        }
+        fprintf(f, "], \"calls\": %d, \"median_ms\": %.6f, \"share\": %.6f, \"flops\": ",
+                (int)row->calls, row->ms, total > 0 ? row->ms / total : 0);
+        json_number(f, row->flops);
+        fputs(", \"bytes\": ", f);
+        json_number(f, row->bytes);
+        fputs(", \"gflops\": ", f);
+        json_number(f, rate(row->flops, row->ms));
+        fputs(", \"gbps\": ", f);
+        json_number(f, rate(row->bytes, row->ms));
+        fputc('}', f);
+    }
+    fputs("\n ]}\n", f);
+}
+
+/* --profile-json's file: a temporary beside it, created before the runs (a path that cannot
+ * be written fails at once, not after the timing) and renamed over it once written whole. */
+typedef struct {
+    char* tmp;
+    FILE* f;
+} json_out;
+
+static int open_json_out(const char* path, json_out* out) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return fail(EXIT_BAD_INPUT, "--profile-json %s: is a directory%s", path, "");
+    out->tmp = str_printf("%s.tmp-XXXXXX", path);
+    if (!out->tmp) return fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
+    int fd = mkstemp(out->tmp);
+    if (fd < 0 || !(out->f = fdopen(fd, "w"))) {
+        int err = errno;
+        if (fd >= 0) close(fd), unlink(out->tmp);
+        free(out->tmp);
+        out->tmp = NULL;
+        return fail(EXIT_BAD_INPUT, "--profile-json %s: cannot write: %s", path, strerror(err));
+    }
+    fchmod(fd, 0644); /* as a file the user creates, not mkstemp's 0600 */
+    return -1;
+}
+
+/* Renames the temporary into place (commit), or removes it. Returns -1 or an exit code. */
+static int close_json_out(json_out* out, const char* path, int commit) {
+    if (!out->tmp) return -1;
+    int ok = !ferror(out->f) && fflush(out->f) == 0 && fsync(fileno(out->f)) == 0;
+    int err = errno;
+    ok = fclose(out->f) == 0 && ok;
+    if (commit && ok && rename(out->tmp, path) != 0) ok = 0, err = errno;
+    if (!commit || !ok) unlink(out->tmp);
+    free(out->tmp);
+    out->tmp = NULL;
+    if (commit && !ok)
+        return fail(EXIT_BAD_INPUT, "--profile-json %s: cannot write: %s", path, strerror(err));
+    return -1;
+}
+
+static int report_profile(const pk_graph* g, const options* o, double* node_ms, const timing* t,
+                          json_out* out) {
+    kernel_row* rows;
+    int32_t count = kernel_rows(g, node_ms, o->repeat, &rows);
+    if (count < 0) return fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
+    print_profile_table(rows, count);
+    if (out->tmp) write_profile_json(out->f, g, o->bundle, t, rows, count);
+    free(rows);
+    return close_json_out(out, o->profile_json, 1);
+}
+
+static int time_runs(pk_graph* g, const options* o, json_out* out) {
+    long repeat = o->repeat;
     size_t nodes = (size_t)pk_graph_num_nodes(g);
     double *t = malloc((size_t)repeat * sizeof *t), sum = 0;
     /* repeat rows of per-node times, plus one scratch row for the medians */
-    double* node_ms = profile ? calloc((size_t)repeat * (nodes + 1), sizeof *t) : NULL;
-    if (!t || (profile && !node_ms)) {
-        free(t);
-        free(node_ms);
-        return fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
-    }
-    for (long i = 0; i < repeat; i++) {
+    double* node_ms = o->profile ? calloc((size_t)repeat * (nodes + 1), sizeof *t) : NULL;
+    int rc = -1;
+    if (!t || (o->profile && !node_ms)) rc = fail(EXIT_INTERNAL, "out of memory%s%s", "", "");
+    for (long i = 0; i < repeat && rc < 0; i++) {
         double start = now_ms();
-        pk_status s = profile ? pk_graph_run_profiled(g, now_ms, node_ms + (size_t)i * nodes)
-                              : pk_graph_run(g);
+        pk_status s = o->profile ? pk_graph_run_profiled(g, now_ms, node_ms + (size_t)i * nodes)
+                                 : pk_graph_run(g);
         t[i] = now_ms() - start;
         sum += t[i];
-        if (s) {
-            free(t);
-            free(node_ms);
-            return fail(status_exit(s), "%s%s", pk_last_error(), "");
-        }
+        if (s) rc = fail(status_exit(s), "%s%s", pk_last_error(), "");
     }
-    if (profile) print_profile(g, node_ms, repeat);
-    double mean = sum / (double)repeat, median = median_of(t, repeat);
-    printf("{\"median_ms\": %.6f, \"min_ms\": %.6f, \"mean_ms\": %.6f, \"repeat\": %ld}\n", median,
-           t[0], mean, repeat);
+    if (rc < 0) {
+        timing tm = {0, 0, sum / (double)repeat, repeat};
+        tm.median = median_of(t, repeat), tm.min = t[0];
+        if (o->profile) rc = report_profile(g, o, node_ms, &tm, out);
+        printf("{\"median_ms\": %.6f, \"min_ms\": %.6f, \"mean_ms\": %.6f, \"repeat\": %ld}\n",
+               tm.median, tm.min, tm.mean, repeat);
+    }
     free(t);
     free(node_ms);
-    return -1;
+    return rc;
 }
 
 static int run(const options* o) {
     pk_graph* g;
+    json_out out = {0};
+    int rc = o->profile_json ? open_json_out(o->profile_json, &out) : -1;
+    if (rc >= 0) return rc;
     pk_status s = pk_graph_load_dir(o->bundle, &g);
-    if (s) return fail(status_exit(s), "cannot load bundle '%s': %s", o->bundle, pk_last_error());
+    if (s) {
+        close_json_out(&out, o->profile_json, 0);
+        return fail(status_exit(s), "cannot load bundle '%s': %s", o->bundle, pk_last_error());
+    }
     if (pk_graph_device_name(g)) fprintf(stderr, "opencl device: %s\n", pk_graph_device_name(g));
-    int rc = set_inputs(g, o);
+    rc = set_inputs(g, o);
     if (rc < 0 && (s = pk_graph_run(g)) != PK_OK)
         rc = fail(s == PK_ERR_KERNEL ? EXIT_BAD_INPUT : EXIT_INTERNAL, "%s%s", pk_last_error(), "");
     if (rc < 0 && o->output_dir) rc = write_outputs(g, o->output_dir);
@@ -711,7 +951,8 @@ static int run(const options* o) {
         rc = selftest(g, o);
         if (rc == EXIT_MISMATCH) mismatch = 1, rc = -1;
     }
-    if (rc < 0 && o->repeat > 0) rc = time_runs(g, o->repeat, o->profile);
+    if (rc < 0 && o->repeat > 0) rc = time_runs(g, o, &out);
+    close_json_out(&out, o->profile_json, 0); /* not written: any failure above */
     pk_graph_destroy(g);
     fflush(stdout);
     return rc >= 0 ? rc : mismatch ? EXIT_MISMATCH : 0;

@@ -31,6 +31,7 @@ from .shell import command, q, rpath
 from .ssh import Result, Session
 
 EXE = "build/run_bundle"
+PROFILE = "profile.json"  # run_bundle --profile-json's file in a run's directory
 
 
 @dataclass
@@ -178,20 +179,27 @@ def run(
     timeout_s: float | None = None,
     log=None,
     extra: Sequence[str] = (),
+    profile_json: str | None = None,
 ) -> Result:
     """Upload ``inputs`` (name -> local .npy), run (run_bundle fills the inputs not given,
     as ``extra``'s --fill and --seed say), fetch the outputs into ``output_dir`` as
-    <safe name>.npy when there is one and the run succeeds. The run's directory is removed."""
+    <safe name>.npy when there is one and the run succeeds, and the profile into
+    ``profile_json`` when asked. The run's directory is removed."""
     final = ensure_deployed(session, board, prepared, log)
     run_dir = rpath(posixpath.dirname(final), workdir.RUNS, uuid.uuid4().hex)
+    remote_profile = rpath(run_dir, PROFILE)
     try:
         args = _upload_inputs(session, run_dir, inputs)
         args += ["--output-dir", rpath(run_dir, "out")] if output_dir is not None else []
         args += ["--repeat", str(repeat)] if repeat else []
+        args += ["--profile-json", remote_profile] if profile_json is not None else []
         args += list(extra)
         r = run_bundle(session, board, final, args, timeout_s)
         if r.returncode == 0 and output_dir is not None:
             _fetch_outputs(session, prepared.bundle, rpath(run_dir, "out"), Path(output_dir))
+        if r.returncode == 0 and profile_json is not None:
+            with temp_file_beside(Path(profile_json)) as tmp:  # a whole file or none
+                transfer.fetch(session, remote_profile, tmp)
         return r
     finally:
         session.sh(f"rm -rf -- {q(run_dir)}", check=False)
@@ -217,18 +225,37 @@ def _fetch_outputs(session: Session, bundle: Path, remote_out: str, output_dir: 
             transfer.fetch(session, rpath(remote_out, name), tmp)
 
 
-def bench(session, board, prepared, repeat: int, timeout_s=None, log=None) -> dict:
+def bench(session, board, prepared, repeat: int, timeout_s=None, log=None, profile=False) -> dict:
     """Time ``repeat`` runs on the selftest inputs (checked first); the last JSON line of
-    run_bundle, with the device that measured it."""
+    run_bundle, with the device that measured it. With ``profile``, also the profile
+    document run_bundle wrote on the device (``profile``) and its table (``table``)."""
+    from ..runner import bench_row
+
     final = ensure_deployed(session, board, prepared, log)
-    r = run_bundle(session, board, final, ["--selftest", "--repeat", str(repeat)], timeout_s)
-    if r.returncode != 0:
-        raise RemoteError(
-            f"{session.who}: run_bundle failed ({r.returncode}) on {prepared.bundle}:\n"
-            + (r.stderr or r.stdout).strip()[-2000:]
-        )
-    timing = json.loads(r.stdout.strip().splitlines()[-1])
-    return {"bundle": str(prepared.bundle), "device": session.conn.label, **timing}
+    run_dir = rpath(posixpath.dirname(final), workdir.RUNS, uuid.uuid4().hex)
+    args = ["--selftest", "--repeat", str(repeat)]
+    args += ["--profile-json", rpath(run_dir, PROFILE)] if profile else []
+    try:
+        session.sh(f"mkdir -p -- {q(run_dir)}")
+        r = run_bundle(session, board, final, args, timeout_s)
+        if r.returncode != 0:
+            raise RemoteError(
+                f"{session.who}: run_bundle failed ({r.returncode}) on {prepared.bundle}:\n"
+                + (r.stderr or r.stdout).strip()[-2000:]
+            )
+        timing, table = bench_row(r.stdout)
+        row = {"bundle": str(prepared.bundle), "device": session.conn.label, **timing}
+        if profile:
+            data = session.call("download", lambda s: _read_remote(s, rpath(run_dir, PROFILE)))
+            row.update(profile=json.loads(data), table=table)
+        return row
+    finally:
+        session.sh(f"rm -rf -- {q(run_dir)}", check=False)
+
+
+def _read_remote(session: Session, path: str) -> bytes:
+    with session.sftp().open(path, "rb") as f:
+        return f.read()
 
 
 def clean(session: Session) -> str:

@@ -5,8 +5,10 @@ calls ``open_target(board)`` and never asks which one it got."""
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,9 +37,19 @@ class LocalTarget:
         pass
 
     def run(
-        self, bundle: Path, inputs, output_dir, repeat=0, timeout_s=None, verify=True, extra=()
+        self,
+        bundle: Path,
+        inputs,
+        output_dir,
+        repeat=0,
+        timeout_s=None,
+        verify=True,
+        extra=(),
+        profile_json=None,
     ) -> Result:
         digests = _check_bundle(bundle, self.board, inputs, verify)
+        if profile_json is not None:  # run_bundle writes it whole itself
+            extra = [*extra, "--profile-json", os.path.abspath(profile_json)]
         r = runner.run_local(
             bundle, self.board, inputs, output_dir, repeat, self.log, digests, extra
         )
@@ -52,17 +64,25 @@ class LocalTarget:
         line.selftest_failed = r.returncode != 0
         return [line], []
 
-    def bench(self, bundles: list[Path], repeat: int, timeout_s=None, verify=True):
+    def bench(self, bundles: list[Path], repeat: int, timeout_s=None, verify=True, profile=False):
         rows = []
         for b in bundles:
             digests = _check_bundle(b, self.board, verify=verify)
             exe = runner.build(b, self.board, self.log, digests)
-            cmd = [str(exe), str(b), "--selftest", "--repeat", str(repeat)]
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-            if r.returncode != 0:
-                raise RemoteError(f"{b}: run_bundle failed ({r.returncode}): {r.stderr.strip()}")
-            timing = json.loads(r.stdout.strip().splitlines()[-1])
-            rows.append({"bundle": str(b), "device": "local", **timing})
+            with tempfile.TemporaryDirectory(prefix="packager-bench-") as tmp:
+                doc = Path(tmp) / "profile.json"
+                cmd = [str(exe), str(b), "--selftest", "--repeat", str(repeat)]
+                cmd += ["--profile-json", str(doc)] if profile else []
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+                if r.returncode != 0:
+                    raise RemoteError(
+                        f"{b}: run_bundle failed ({r.returncode}): {r.stderr.strip()}"
+                    )
+                timing, table = runner.bench_row(r.stdout)
+                row = {"bundle": str(b), "device": "local", **timing}
+                if profile:
+                    row.update(profile=json.loads(doc.read_text()), table=table)
+            rows.append(row)
         return rows, []
 
     def ping(self) -> list[dict]:
@@ -84,14 +104,31 @@ class RemoteTarget:
             s.close()
 
     def run(
-        self, bundle: Path, inputs, output_dir, repeat=0, timeout_s=None, verify=True, extra=()
+        self,
+        bundle: Path,
+        inputs,
+        output_dir,
+        repeat=0,
+        timeout_s=None,
+        verify=True,
+        extra=(),
+        profile_json=None,
     ) -> Result:
         digests = _check_bundle(bundle, self.board, inputs, verify)
         prepared = device_ops.prepare(bundle, self.board, self.log, digests)
 
         def job(s: Session, _):
             return device_ops.run(
-                s, self.board, prepared, inputs, output_dir, repeat, timeout_s, self.log, extra
+                s,
+                self.board,
+                prepared,
+                inputs,
+                output_dir,
+                repeat,
+                timeout_s,
+                self.log,
+                extra,
+                profile_json,
             )
 
         return self._one(pool.spread(self.sessions, [bundle], job, self.log))
@@ -105,14 +142,14 @@ class RemoteTarget:
         self._require_some(report)
         return [_deploy_line(o) for o in report.outcomes], report.summary()
 
-    def bench(self, bundles: list[Path], repeat: int, timeout_s=None, verify=True):
+    def bench(self, bundles: list[Path], repeat: int, timeout_s=None, verify=True, profile=False):
         jobs = [
             device_ops.prepare(b, self.board, self.log, _check_bundle(b, self.board, verify=verify))
             for b in bundles
         ]
 
         def job(s: Session, prepared):
-            return device_ops.bench(s, self.board, prepared, repeat, timeout_s, self.log)
+            return device_ops.bench(s, self.board, prepared, repeat, timeout_s, self.log, profile)
 
         report = pool.spread(self.sessions, jobs, job, self.log)
         self._require_some(report)

@@ -114,6 +114,37 @@ def test_deploy_run_bench_clean(nasty_bundle, board, cli, tmp_path):
     assert not workdir.exists()
 
 
+def test_bench_and_run_profile_on_the_board(nasty_bundle, board, cli, tmp_path):
+    bundle, canary = nasty_bundle
+    graph = json.loads((bundle / "graph.json").read_text())
+    funcs = {n["func"] for n in graph["nodes"] if n["op"] == "kernel"}
+    code, out, err = cli("bench", bundle, "--board", board, "--repeat", "3", "--profile")
+    assert code == 0, out + err
+    lines = out.strip().splitlines()
+    port = load_board(board).connection.port
+    assert (
+        lines[0].startswith(f"== m ({bundle}) on ") and f":{port}: board qemu-aarch64" in lines[0]
+    )
+    assert lines[1].split()[:3] == ["kernel", "ops", "fused"]
+    assert {line.split()[0] for line in lines[2 : 2 + len(funcs)]} == funcs
+    assert lines[2 + len(funcs)].startswith(f"total ({len(funcs)} kernels)")
+    row = json.loads(lines[-1])
+    assert row["repeat"] == 3 and "profile" not in row and "table" not in row
+
+    doc_path = tmp_path / "profile.json"  # run's --profile-json: fetched from the board
+    code, out, err = cli(
+        "run", bundle, "--board", board, "--repeat", "2", "--profile-json", doc_path
+    )
+    assert code == 0, out + err
+    doc = json.loads(doc_path.read_text())
+    assert (doc["repeat"], doc["board"], doc["model"]) == (2, "qemu-aarch64", "m")
+    assert {k["func"] for k in doc["kernels"]} == funcs
+    assert sum(k["share"] for k in doc["kernels"]) == pytest.approx(1, abs=1e-3)
+    assert not canary.exists()
+    workdir = Path(load_board(board).connection.workdir)
+    assert not list((workdir / ".runs").iterdir())  # the runs cleaned up after themselves
+
+
 def _machine(exe: Path) -> str:
     """The ELF header's e_machine: 0xB7 is AArch64, 0x28 32-bit ARM."""
     code = int.from_bytes(exe.read_bytes()[18:20], "little")
