@@ -23,7 +23,7 @@ from .graph.pipeline import PassContext, optimize
 from .lowering import Kernel, lower_graph
 from .reference import random_input, run_reference
 from .safe_paths import check_bundle_output
-from .target import Target
+from .target import Target, targets_of
 from .toolchain import FILE_NAME, toolchain_file, wants_toolchain_file
 
 REFERENCE_NAMES = "onnxruntime, else onnx's reference evaluator"
@@ -214,6 +214,8 @@ def package(
         "packager_version": __version__,
         "model": {"file": Path(model_path).name, "sha256": _sha256(model_path)},
         "board": {"name": board.name, "arch": board.arch, "cpu": board.cpu},
+        "targets": [t.fingerprint() for t in targets_of(board)],
+        "tuning": tuning.summary(),
         "input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
         "memory": memory,
     }

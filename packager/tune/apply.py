@@ -120,6 +120,12 @@ class Tuning:
             lines += [f"  default schedule: {f}" for f in self.fallback]
         return lines
 
+    def summary(self) -> dict:
+        """What the build applied, for the manifest: tunable kernels with a tuned and with
+        a default schedule, and foreign records (of another target) left out or applied."""
+        foreign = "foreign_applied" if self.use_foreign else "foreign_not_applied"
+        return {"tuned": len(self.tuned), "default": len(self.fallback), foreign: len(self.foreign)}
+
     def _foreign_line(self) -> str:
         n = len(self.foreign)
         were = "record was" if n == 1 else "records were"
