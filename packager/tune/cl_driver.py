@@ -16,37 +16,9 @@ from __future__ import annotations
 
 from ..codegen.opencl import codegen_opencl, launch_of
 from ..te.ir import PrimFunc
-from .driver import _DTYPE_CODE, _elem_bytes
+from .driver import _DTYPE_CODE, HELPERS, _elem_bytes
 
 _MAIN = r"""
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static uint64_t rng = 88172645463325252ull;
-static double urand(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (double)(rng >> 11) * (1.0 / 9007199254740992.0);
-}
-
-static void fill(void *p, int dt, size_t bytes) {
-    size_t i;
-    if (dt == 0) for (i = 0; i < bytes / 4; ++i) ((float *)p)[i] = (float)(2 * urand() - 1);
-    else memset(p, 0, bytes); /* integers: zeros are valid indices and counts */
-}
-
-static int same(const void *got, const void *want, int dt, size_t bytes) {
-    size_t i;
-    if (dt != 0) return memcmp(got, want, bytes) == 0;
-    for (i = 0; i < bytes / 4; ++i) {
-        double g = ((const float *)got)[i], w = ((const float *)want)[i];
-        if (w != w ? g == g : fabs(g - w) > 1e-3 * (1.0 + fabs(w))) return 0;
-    }
-    return 1;
-}
-
 static cl_context ctx;
 static cl_command_queue queue;
 static cl_device_id dev;
@@ -221,4 +193,4 @@ def cl_driver_source(ref: PrimFunc, n_inputs: int, candidates: dict[int, PrimFun
         f"static const size_t LOCAL[][3] = {{{sizes(x.local_size for x in launches)}}};",
         f"static const char *const SOURCES[] = {{\n{sources}}};",
     ]
-    return "\n".join(lines) + _MAIN
+    return "\n".join(lines) + HELPERS + _MAIN

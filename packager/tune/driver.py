@@ -16,7 +16,9 @@ from ..te.ir import PrimFunc
 
 _DTYPE_CODE = {"float32": 0, "float64": 1}
 
-_MAIN = r"""
+# The C helpers every timing driver shares (the OpenCL one too): a clock, seeded inputs and
+# the comparison of a candidate's outputs with the reference's.
+HELPERS = r"""
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -56,6 +58,9 @@ static int same(const void *got, const void *want, int dt, size_t bytes) {
     return memcmp(got, want, bytes) == 0;
 }
 
+"""
+
+_MAIN = r"""
 static void time_one(int k, double min_s, int samples, double one) {
     double t0;
     int number, r, n;
@@ -138,7 +143,7 @@ def driver_source(ref: PrimFunc, n_inputs: int, candidates: dict[int, str]) -> s
         f"static const int DT[] = {{{', '.join(codes)}}};",
         "static void *args[NARGS];",
     ]
-    return "\n".join(lines) + _MAIN
+    return "\n".join(lines) + HELPERS + _MAIN
 
 
 def _elem_bytes(dtype: str) -> int:
