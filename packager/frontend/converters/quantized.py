@@ -4,8 +4,8 @@ integer products (MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv).
 The integer products become int32 arithmetic on the library's matmul and conv (zero
 points subtracted after widening, exactly the ONNX definition), and the QLinear ones
 scale the int32 result in double and round it with quantize_linear, as the ONNX
-reference does. With constant weights and parameters, the quantize pass then makes
-one integer kernel of the chain (packager/graph/passes/quantize.py).
+reference does. (The quantize pass makes integer kernels of QDQ chains; these
+decompositions are not matched by it yet.)
 """
 
 from __future__ import annotations

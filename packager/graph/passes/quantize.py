@@ -139,7 +139,9 @@ class _Matcher:
         if hit and self.private(v):
             for mine, other in ((0, 1), (1, 0)):
                 r = self.dq_activation(hit[1].inputs[other])
-                if r is not None and self.producer(hit[1].inputs[mine], ("conv", "matmul", "gemm", "relu", "clip")):
+                if r is not None and self.producer(
+                    hit[1].inputs[mine], ("conv", "matmul", "gemm", "relu", "clip")
+                ):
                     residual, v = r, hit[1].inputs[mine]
                     swallowed.append(hit[0])
                     break
@@ -186,13 +188,17 @@ class _Matcher:
         rq = self.rq_table(acc_scale, corr, yq, act, residual, packed.shape[0] * self.lanes)
         if rq is None:
             return None
-        attrs = {k: node.attrs[k] for k in ("strides", "dilations", "pads", "groups") if k in node.attrs}
+        attrs = {
+            k: node.attrs[k] for k in ("strides", "dilations", "pads", "groups") if k in node.attrs
+        }
         return self.integer_node("qconv2d", q, x, packed, rq, yq, residual, attrs | {"oc": oc})
 
     def dense(self, node, x, yq, q, act, residual) -> Node | None:
         trans_b = bool(node.attrs.get("trans_b", 0))
         if node.op == "gemm" and (
-            node.attrs.get("trans_a") or node.attrs.get("alpha", 1.0) != 1.0 or node.attrs.get("beta", 1.0) != 1.0
+            node.attrs.get("trans_a")
+            or node.attrs.get("alpha", 1.0) != 1.0
+            or node.attrs.get("beta", 1.0) != 1.0
         ):
             return None
         if node.op == "gemm" and node.attrs.get("b_block"):
