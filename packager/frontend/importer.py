@@ -312,8 +312,10 @@ def is_foldable(onode: onnx.NodeProto, values: dict[str, Value]) -> bool:
     return all(values[i].is_const for i in present) and onode.op_type not in NEVER_FOLD
 
 
-# Random generators must stay random per run; nothing else is special.
+# Random generators must stay random per run; DequantizeLinear of constant weights stays
+# for the quantize pass, which makes integer kernels of it (fold_constants folds the rest).
 NEVER_FOLD = {
+    "DequantizeLinear",
     "RandomNormal",
     "RandomUniform",
     "RandomNormalLike",

@@ -17,6 +17,7 @@ from .passes.fold_scale_shift import fold_scale_shift
 from .passes.fuse import fuse
 from .passes.layout import layout_pass
 from .passes.pack_gemm_weights import pack_gemm_weights
+from .passes.quantize import quantize
 from .passes.remove_identity import remove_identity
 
 
@@ -32,6 +33,7 @@ class PassContext:
 # (name, function) in the order they run.
 PASSES: list[tuple[str, object]] = [
     ("remove_identity", remove_identity),
+    ("quantize", quantize),  # QDQ chains -> integer kernels, before folding DQ(weights)
     ("fold_constants", fold_constants),
     ("fold_scale_shift", fold_scale_shift),  # on NCHW weights, before layout packs them
     ("pack_gemm_weights", pack_gemm_weights),  # after folding: BN may have changed B

@@ -30,6 +30,7 @@ _BIN = {
     "or": np.logical_or,
     "floordiv": np.floor_divide,
     "floormod": np.mod,
+    ">>": np.right_shift,
 }
 _CALL = {"fabs": np.abs, "round": np.rint, "isnan": np.isnan, "isinf": np.isinf}
 _RED = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "nanmax": np.fmax.reduce}

@@ -115,7 +115,10 @@ class Const(Expr):
 
 @dataclass(eq=False, frozen=True)
 class Binary(Expr):
-    """op: + - * / floordiv floormod truncdiv truncmod min max < <= > >= == != and or.
+    """op: + - * / floordiv floormod truncdiv truncmod min max >> < <= > >= == != and or.
+
+    ``>>`` is the arithmetic right shift of a signed integer (floor division by a power
+    of two: the requantize step of integer kernels).
 
     ``/`` is true division for floats and truncating (C) division for integers;
     floordiv/floormod round towards minus infinity (index arithmetic uses these).

@@ -1,0 +1,295 @@
+"""QDQ chains to integer kernels.
+
+A quantized model (QDQ format) computes in float between DequantizeLinear and
+QuantizeLinear nodes. This pass finds
+
+    DQ(x), DQ(w const) -> conv | matmul | gemm (bias: DQ'd int32, or float const)
+      -> optional relu / clip -> optional add of another DQ'd tensor -> Q
+
+and replaces it with one integer op (qconv2d, qdense in packager/ops/quantized.py):
+int8/uint8 x times int8 weights accumulated in int32, then the requantize epilogue.
+Everything it cannot match stays float with its Q/DQ nodes (which compute exactly as
+ONNX says). It runs before constant folding, which would make float weights of DQ(w).
+
+Requantize: the real multiplier M = x_scale * w_scale[c] / y_scale of each output
+channel becomes m * 2**-s with m in [2**30, 2**31) (31 significant bits) and the
+product is rounded half up: y = (acc * m + 2**(s-1)) >> s. ONNX's float arithmetic
+rounds half to even after a float32 multiply; the two differ only where the exact
+value lies within about 2**-24 of a half step (a tie or float32's own error), by one
+step. docs/quantization.md says more.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from ..ir import Graph, Node
+from ..uses import add_const, consumers, producers
+from .pack_gemm_weights import _block
+
+_BIG = 2**62  # no activation bound
+_INT_IN = ("int8", "uint8")
+
+
+def quantize(graph: Graph, ctx=None) -> Graph:
+    lanes = max(_block(ctx), 1) if ctx is not None else 4
+    m = _Matcher(graph, lanes)
+    for k, node in enumerate(graph.nodes):
+        if node.op == "quantize_linear":
+            m.try_chain(k)
+    return m.result()
+
+
+class _Matcher:
+    def __init__(self, graph: Graph, lanes: int):
+        self.graph = graph
+        self.values = dict(graph.values)
+        self.lanes = lanes
+        self.prod = producers(graph)
+        self.cons = consumers(graph)
+        self.replaced: dict[int, Node] = {}  # Q node index -> integer node
+        self.removed: set[int] = set()
+
+    def result(self) -> Graph:
+        nodes = [
+            self.replaced.get(k, n) for k, n in enumerate(self.graph.nodes) if k not in self.removed
+        ]
+        return replace(self.graph, nodes=nodes, values=self.values)
+
+    # --- lookups ----------------------------------------------------------------
+
+    def const(self, name: str):
+        v = self.values[name]
+        return v.data if v.is_const else None
+
+    def producer(self, name: str, op: str | tuple) -> tuple[int, Node] | None:
+        k = self.prod.get(name)
+        ops = (op,) if isinstance(op, str) else op
+        if k is None or self.graph.nodes[k].op not in ops:
+            return None
+        return k, self.graph.nodes[k]
+
+    def private(self, name: str) -> bool:
+        """Read by one node only and not a graph output: the chain may swallow it."""
+        return len(self.cons.get(name, [])) == 1 and name not in self.graph.outputs
+
+    def scalar_qparams(self, node: Node):
+        """(scale, zero point) of a Q/DQ node with constant per-tensor parameters."""
+        s, z = self.const(node.inputs[1]), self.const(node.inputs[2])
+        if s is None or z is None or s.size != 1 or z.size != 1:
+            return None
+        return float(s.reshape(-1)[0]), int(z.reshape(-1)[0])
+
+    def dq_activation(self, name: str):
+        """(int tensor, scale, zp) of a DQ of a non-constant int8/uint8 tensor."""
+        hit = self.producer(name, "dequantize_linear")
+        if hit is None:
+            return None
+        node = hit[1]
+        x = self.values[node.inputs[0]]
+        qp = self.scalar_qparams(node)
+        if x.is_const or x.dtype not in _INT_IN or qp is None:
+            return None
+        return x.name, *qp
+
+    def dq_weight(self, name: str, axis: int):
+        """(int8 weights, per-channel scales along ``axis``) of a DQ of a constant."""
+        hit = self.producer(name, "dequantize_linear")
+        if hit is None:
+            return None
+        node = hit[1]
+        w, s, z = (self.const(i) for i in node.inputs)
+        if w is None or s is None or z is None or w.dtype != np.int8 or np.any(z != 0):
+            return None
+        if s.size == 1:
+            return w, np.full(w.shape[axis], float(s.reshape(-1)[0]))
+        if node.attrs.get("axis", 1) % w.ndim != axis or s.size != w.shape[axis]:
+            return None
+        return w, s.astype(np.float64).reshape(-1)
+
+    def bias(self, name: str | None, acc_scale: np.ndarray):
+        """The bias in accumulator units (int64 per channel), or None if it is not one."""
+        if name is None:
+            return np.zeros(len(acc_scale), np.int64)
+        raw = self.const(name)
+        if raw is not None and raw.dtype == np.float32:
+            return np.round(raw.astype(np.float64).reshape(-1) / acc_scale).astype(np.int64)
+        hit = self.producer(name, "dequantize_linear")
+        if hit is None:
+            return None
+        b, s, z = (self.const(i) for i in hit[1].inputs)
+        if b is None or s is None or z is None or b.dtype != np.int32:
+            return None
+        real = (b.astype(np.float64) - z.astype(np.float64)) * s.astype(np.float64)
+        return np.round(real.reshape(-1) / acc_scale).astype(np.int64)
+
+    # --- the chain ----------------------------------------------------------------
+
+    def try_chain(self, qk: int) -> None:
+        q = self.graph.nodes[qk]
+        yq = self.scalar_qparams(q)
+        if yq is None or q.attrs.get("dtype") not in _INT_IN:
+            return
+        v, swallowed = q.inputs[0], []
+        residual = None
+        hit = self.producer(v, "add")
+        if hit and self.private(v):
+            for mine, other in ((0, 1), (1, 0)):
+                r = self.dq_activation(hit[1].inputs[other])
+                if r is not None and self.producer(
+                    hit[1].inputs[mine], ("conv", "matmul", "gemm", "relu", "clip")
+                ):
+                    residual, v = r, hit[1].inputs[mine]
+                    swallowed.append(hit[0])
+                    break
+            else:
+                return
+        act = None
+        hit = self.producer(v, ("relu", "clip"))
+        if hit and self.private(v):
+            act = hit[1]
+            swallowed.append(hit[0])
+            v = hit[1].inputs[0]
+        hit = self.producer(v, ("conv", "matmul", "gemm"))
+        if hit is None or not self.private(v):
+            return
+        made = self.anchor(hit[1], yq, q, act, residual)
+        if made is None:
+            return
+        swallowed.append(hit[0])
+        self.removed.update(swallowed)
+        self.replaced[qk] = made
+
+    def anchor(self, node: Node, yq, q: Node, act, residual) -> Node | None:
+        x = self.dq_activation(node.inputs[0])
+        if x is None:
+            return None
+        if node.op == "conv":
+            return self.conv(node, x, yq, q, act, residual)
+        return self.dense(node, x, yq, q, act, residual)
+
+    def conv(self, node, x, yq, q, act, residual) -> Node | None:
+        xv = self.values[x[0]]
+        wq = self.dq_weight(node.inputs[1], 0)
+        if wq is None or len(xv.shape) != 4:
+            return None
+        w, ws = wq
+        acc_scale = x[1] * ws
+        bias = self.bias(node.inputs[2] if len(node.inputs) > 2 else None, acc_scale)
+        if bias is None:
+            return None
+        oc, cg = w.shape[:2]
+        k4 = min(4, cg)
+        packed = pack_conv_int8(w, self.lanes, k4)
+        corr = bias - x[2] * w.reshape(oc, -1).astype(np.int64).sum(1)
+        rq = self.rq_table(acc_scale, corr, yq, act, residual, packed.shape[0] * self.lanes)
+        if rq is None:
+            return None
+        attrs = {
+            k: node.attrs[k] for k in ("strides", "dilations", "pads", "groups") if k in node.attrs
+        }
+        return self.integer_node("qconv2d", q, x, packed, rq, yq, residual, attrs | {"oc": oc})
+
+    def dense(self, node, x, yq, q, act, residual) -> Node | None:
+        trans_b = bool(node.attrs.get("trans_b", 0))
+        if node.op == "gemm" and (
+            node.attrs.get("trans_a")
+            or node.attrs.get("alpha", 1.0) != 1.0
+            or node.attrs.get("beta", 1.0) != 1.0
+        ):
+            return None
+        if node.op == "gemm" and node.attrs.get("b_block"):
+            return None
+        wq = self.dq_weight(node.inputs[1], 0 if trans_b else 1)
+        if wq is None or wq[0].ndim != 2:
+            return None
+        w, ws = wq
+        wkn = w.T if trans_b else w
+        acc_scale = x[1] * ws
+        bias = self.bias(node.inputs[2] if len(node.inputs) > 2 else None, acc_scale)
+        if bias is None:
+            return None
+        k4 = min(4, wkn.shape[0])
+        packed = pack_dense_int8(wkn, self.lanes, k4)
+        corr = bias - x[2] * wkn.astype(np.int64).sum(0)
+        rq = self.rq_table(acc_scale, corr, yq, act, residual, packed.shape[0] * self.lanes)
+        if rq is None:
+            return None
+        return self.integer_node("qdense", q, x, packed, rq, yq, residual, {"n": wkn.shape[1]})
+
+    def rq_table(self, acc_scale, bias, yq, act, residual, padded: int):
+        y_scale = yq[0]
+        table = np.zeros((7, padded), np.int64)
+        table[1], table[2] = 1, 1  # padded channels: zero output, harmless shift
+        for c, a in enumerate(acc_scale):
+            fixed = fixed_point(a / y_scale)
+            if fixed is None:
+                return None
+            mult, shift = fixed
+            lo, hi = _act_bounds(act, y_scale, shift)
+            rmult = round(residual[1] / y_scale * 2**shift) if residual else 0
+            table[:, c] = (mult, shift, 1 << (shift - 1), lo, hi, rmult, bias[c])
+        return table
+
+    def integer_node(self, op, q, x, packed, rq, yq, residual, attrs) -> Node:
+        w_name = add_const(self.values, packed, f"{q.outputs[0]}_w_int8")
+        rq_name = add_const(self.values, rq, f"{q.outputs[0]}_requant")
+        inputs = [x[0], w_name, rq_name]
+        attrs = {**attrs, "x_zp": x[2], "y_zp": yq[1], "out_dtype": q.attrs["dtype"]}
+        if residual is not None:
+            inputs.append(residual[0])
+            attrs["r_zp"] = residual[2]
+        return Node(op, q.name, inputs, list(q.outputs), attrs, source=q.source)
+
+
+def _act_bounds(act: Node | None, y_scale: float, shift: int) -> tuple[int, int]:
+    """The activation's bounds on the scaled product (y units times 2**shift)."""
+    if act is None:
+        return -_BIG, _BIG
+    if act.op == "relu":
+        return 0, _BIG
+    lo, hi = act.attrs.get("min"), act.attrs.get("max")
+    scale = 2**shift / y_scale
+    return (
+        -_BIG if lo is None else max(-_BIG, round(lo * scale)),
+        _BIG if hi is None else min(_BIG, round(hi * scale)),
+    )
+
+
+def fixed_point(real: float) -> tuple[int, int] | None:
+    """(m, s) with real ~= m * 2**-s, m in [2**30, 2**31), 1 <= s <= 62; None when the
+    multiplier is too large for a right shift (>= 2**30) or not positive."""
+    if not real > 0 or not math.isfinite(real):
+        return None
+    frac, exp = math.frexp(real)  # real = frac * 2**exp, frac in [0.5, 1)
+    mult, shift = round(frac * 2**31), 31 - exp
+    if mult == 2**31:
+        mult, shift = mult // 2, shift - 1
+    if shift > 62:
+        mult, shift = round(real * 2**62), 62
+    if shift < 1:
+        return None
+    return mult, shift
+
+
+def pack_conv_int8(w: np.ndarray, lanes: int, k4: int) -> np.ndarray:
+    """(OC, Cg, KH, KW) int8 -> (OC'/L, Cg'/k4, KH, KW, L, k4), zeros padding OC and Cg."""
+    oc, cg, kh, kw = w.shape
+    ocp, cgp = -(-oc // lanes) * lanes, -(-cg // k4) * k4
+    full = np.zeros((ocp, cgp, kh, kw), np.int8)
+    full[:oc, :cg] = w
+    blocks = full.reshape(ocp // lanes, lanes, cgp // k4, k4, kh, kw)
+    return np.ascontiguousarray(blocks.transpose(0, 2, 4, 5, 1, 3))
+
+
+def pack_dense_int8(w: np.ndarray, lanes: int, k4: int) -> np.ndarray:
+    """(K, N) int8 -> (N'/L, K'/k4, L, k4), zeros padding K and N."""
+    k, n = w.shape
+    kp, np_ = -(-k // k4) * k4, -(-n // lanes) * lanes
+    full = np.zeros((kp, np_), np.int8)
+    full[:k, :n] = w
+    blocks = full.reshape(kp // k4, k4, np_ // lanes, lanes)
+    return np.ascontiguousarray(blocks.transpose(2, 0, 3, 1))

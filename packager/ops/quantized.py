@@ -1,0 +1,265 @@
+"""Quantization: QuantizeLinear / DequantizeLinear, the dynamic quantization parameters,
+and the integer kernels (conv and dense) that the quantize pass makes of QDQ chains.
+
+quantize_linear(x, scale, zero_point), attrs axis, dtype: saturate(rint(x / scale) + zp),
+rint rounding half to even; ``scale`` and ``zero_point`` are scalars or 1-D along
+``axis`` (per-axis). dequantize_linear(x, scale, zero_point), attr axis:
+(float(x) - float(zp)) * scale, in the scale's dtype.
+
+The integer kernels (qconv2d, qdense) take the activation as int8/uint8 and weights
+packed int8 at package time, accumulate in int32 (each product widened, never a
+saturating pair sum) and end in a requantize epilogue read from one int64 table
+``rq`` of shape (7, channels) (see packager/graph/passes/quantize.py for how it is made):
+
+  rq[0] multiplier  rq[1] right shift  rq[2] rounding term (1 << (shift - 1))
+  rq[3] / rq[4]     activation bounds on the scaled product
+  rq[5] residual multiplier  rq[6] bias (already minus x_zp * sum(w))
+
+  p = clamp((acc + bias) * mult, lo, hi) [+ (r - r_zp) * res_mult]
+  y = saturate(((p + round) >> shift) + y_zp)
+
+attrs of both: x_zp, y_zp, out_dtype (int8/uint8), r_zp (with a residual input).
+"""
+
+from __future__ import annotations
+
+from .. import te
+from ._cpu import fallback, run_parallel
+from ._window import out_len, reduce_axes, split_pads, window_index
+from .pad import pad_tensor
+from .registry import ScheduleContext, register_op, register_schedule
+
+QRANGE = {
+    "int8": (-128, 127),
+    "uint8": (0, 255),
+    "int16": (-32768, 32767),
+    "uint16": (0, 65535),
+    "int32": (-(2**31), 2**31 - 1),
+}
+I32, I64 = "int32", "int64"
+
+
+def _param(t: te.Tensor, idx, axis: int) -> te.Expr:
+    """A quantization parameter: one element, or the element of ``idx[axis]``."""
+    if t.ndim == 0:
+        return t[()]
+    if t.size == 1:
+        return t[(0,) * t.ndim]
+    return t[idx[axis]]
+
+
+def _axis(x: te.Tensor, attrs: dict) -> int:
+    return int(attrs.get("axis", 1)) % max(x.ndim, 1)
+
+
+@register_op("quantize_linear", "broadcast")
+def quantize_linear(inputs, attrs):
+    x, scale, zp = inputs
+    out = attrs.get("dtype") or zp.dtype
+    lo, hi = QRANGE[out]
+    axis = _axis(x, attrs)
+    ft = x.dtype
+
+    def f(*i):
+        q = te.call("round", x[i] / te.cast(ft, _param(scale, i, axis)))
+        q = q + te.cast(ft, _param(zp, i, axis))
+        q = te.min_(te.max_(q, te.const(lo, ft)), te.const(hi, ft))
+        return te.cast(out, q)
+
+    return [te.compute(x.shape, f, name="quantize", tag="broadcast")]
+
+
+@register_op("dequantize_linear", "broadcast")
+def dequantize_linear(inputs, attrs):
+    x, scale, zp = inputs
+    axis = _axis(x, attrs)
+    ft = scale.dtype
+
+    def f(*i):
+        return (te.cast(ft, x[i]) - te.cast(ft, _param(zp, i, axis))) * _param(scale, i, axis)
+
+    return [te.compute(x.shape, f, name="dequantize", tag="broadcast")]
+
+
+@register_op("dynamic_qparams", "reduction")
+def dynamic_qparams(inputs, attrs):
+    """DynamicQuantizeLinear's scale and uint8 zero point of ``x``: its range widened
+    to hold 0, over 255 steps."""
+    (x,) = inputs
+    ft = x.dtype
+    zero = te.const(0, ft)
+
+    def over_all(combiner, name):
+        axes = [te.reduce_axis(d, f"r{k}") for k, d in enumerate(x.shape)]
+        return te.compute((), lambda: combiner(x[tuple(axes)], axes), name=name)
+
+    lo = over_all(te.min_reduce, "x_min")
+    hi = over_all(te.max_reduce, "x_max")
+    scale = te.compute(
+        (),
+        lambda: (te.max_(hi[()], zero) - te.min_(lo[()], zero)) / te.const(255, ft),
+        name="dq_scale",
+    )
+
+    def zero_point():
+        z = te.call("round", zero - te.min_(lo[()], zero) / scale[()])
+        return te.cast("uint8", te.min_(te.max_(z, zero), te.const(255, ft)))
+
+    return [scale, te.compute((), zero_point, name="dq_zero_point")]
+
+
+# --- integer kernels --------------------------------------------------------------
+
+
+def _requantize(acc, rq, m, attrs, residual=None):
+    """The epilogue: int32 accumulator of output channel ``m`` -> out_dtype."""
+    out = attrs["out_dtype"]
+    lo, hi = QRANGE[out]
+    p = (te.cast(I64, acc) + rq[(6, m)]) * rq[(0, m)]
+    p = te.min_(te.max_(p, rq[(3, m)]), rq[(4, m)])
+    if residual is not None:
+        r = te.cast(I64, residual) - te.const(int(attrs.get("r_zp", 0)), I64)
+        p = p + r * rq[(5, m)]
+    y = te.binary(">>", p + rq[(2, m)], rq[(1, m)]) + te.const(int(attrs["y_zp"]), I64)
+    y = te.min_(te.max_(y, te.const(lo, I64)), te.const(hi, I64))
+    return te.cast(out, y)
+
+
+def _widen(e):
+    return te.cast(I32, e)
+
+
+@register_op("qconv2d", "out_elemwise_fusable")
+def qconv2d(inputs, attrs):
+    """Integer 2-D conv, NCHW activations.
+
+    Inputs: x (N, C, H, W) int8/uint8; w (OC'/L, Cg'/4, KH, KW, L, 4) int8, packed from
+    (OC, Cg, KH, KW) with OC padded to whole blocks of L lanes and Cg to whole groups of
+    4 (zeros): w[ob, cb, kh, kw, oi, ci] = W[ob*L + oi, cb*4 + ci, kh, kw]; rq (7, OC');
+    optional residual (N, OC, OH, OW). attrs: strides, dilations, pads, groups, oc
+    (real output channels), x_zp, y_zp, out_dtype. Padding reads x_zp, so a padded tap
+    adds exactly what the bias correction -x_zp * sum(w) took away.
+    """
+    x, w, rq = inputs[:3]
+    residual = inputs[3] if len(inputs) > 3 else None
+    groups = int(attrs.get("groups", 1))
+    strides = list(attrs.get("strides") or [1, 1])
+    dilations = list(attrs.get("dilations") or [1, 1])
+    before, after = split_pads(attrs.get("pads"), 2)
+    oc = int(attrs["oc"])
+    nb, ncb, kh, kw, lanes, k4 = w.shape
+    cg = x.shape[1] // groups
+    mg = oc // groups
+    extra = ncb * k4 - cg  # channels read past a group's end (zero weights): keep in bounds
+    xp = pad_tensor(
+        x, [0, 0, *before], [0, extra, *after], value=int(attrs["x_zp"]), name="qconv_pad"
+    )
+    spatial = [
+        out_len(x.shape[2 + i], (kh, kw)[i], strides[i], dilations[i], before[i], after[i])
+        for i in range(2)
+    ]
+    rcb = te.reduce_axis(ncb, "rcb")
+    rk = reduce_axes((kh, kw), "rk")
+    rci = te.reduce_axis(k4, "rci")
+
+    def f(n, ob, oh, ow, oi):
+        c = rcb * k4 + rci
+        if groups > 1:
+            g = te.min_((ob * lanes + oi) // mg, groups - 1)  # padded channels: last group
+            c = g * cg + c
+        ih = window_index(oh, rk[0], strides[0], dilations[0])
+        iw = window_index(ow, rk[1], strides[1], dilations[1])
+        prod = _widen(xp[(n, c, ih, iw)]) * _widen(w[(ob, rcb, rk[0], rk[1], oi, rci)])
+        return te.sum(prod, [rcb, *rk, rci])
+
+    acc = te.compute(
+        [x.shape[0], nb, *spatial, lanes],
+        f,
+        name="qconv_acc",
+        tag="qconv",
+        attrs={"groups": groups, "strides": strides, "dilations": dilations},
+    )
+
+    def out(n, m, oh, ow):
+        a = acc[(n, m // lanes, oh, ow, m % lanes)]
+        r = residual[(n, m, oh, ow)] if residual is not None else None
+        return _requantize(a, rq, m, attrs, r)
+
+    return [te.compute([x.shape[0], oc, *spatial], out, name="qconv", tag="requantize")]
+
+
+@register_op("qdense", "out_elemwise_fusable")
+def qdense(inputs, attrs):
+    """Integer x (..., K) @ W (K, N): w packed (N'/L, K'/4, L, 4) int8,
+    w[nb, kb, j, kk] = W[kb*4 + kk, nb*L + j] (zeros past K and N); rq (7, N');
+    optional residual (..., N). attrs: n (real columns), x_zp, y_zp, out_dtype. The
+    activation is read past K only against zero weights, at a clamped index."""
+    x, w, rq = inputs[:3]
+    residual = inputs[3] if len(inputs) > 3 else None
+    nblocks, kblocks, lanes, k4 = w.shape
+    n = int(attrs["n"])
+    k = x.shape[-1]
+    lead = list(x.shape[:-1])
+    rkb = te.reduce_axis(kblocks, "rkb")
+    rki = te.reduce_axis(k4, "rki")
+
+    def f(*idx):
+        *rows, jb, ji = idx
+        kk = rkb * k4 + rki
+        if kblocks * k4 != k:
+            kk = te.min_(kk, k - 1)
+        prod = _widen(x[(*rows, kk)]) * _widen(w[(jb, rkb, ji, rki)])
+        return te.sum(prod, [rkb, rki])
+
+    acc = te.compute([*lead, nblocks, lanes], f, name="qdense_acc", tag="qdense")
+
+    def out(*idx):
+        *rows, j = idx
+        a = acc[(*rows, j // lanes, j % lanes)]
+        r = residual[(*rows, j)] if residual is not None else None
+        return _requantize(a, rq, j, attrs, r)
+
+    return [te.compute([*lead, n], out, name="qdense", tag="requantize")]
+
+
+# --- cpu schedules -----------------------------------------------------------------
+
+
+def _accumulator(ctx: ScheduleContext, sch: te.Schedule, tag: str):
+    for st in sch.stages:
+        if st.op.tag == tag:
+            return st
+    return None
+
+
+def _integer_schedule(tag: str):
+    """The accumulator at root, blocked over output channels: the reduction loops run
+    outside the block of L output channels, which is one vector of int32 lanes (the
+    innermost reduction, 4 consecutive input channels, sits right outside it: the shape
+    of a 4-way dot-product instruction). The requantize epilogue then reads the block
+    per output element, its rows on the thread pool."""
+
+    def schedule(ctx: ScheduleContext) -> te.Schedule:
+        sch = te.create_schedule(ctx.outs)
+        acc = _accumulator(ctx, sch, tag)
+        if acc is None:
+            return fallback(ctx)
+        for st in sch.stages:
+            if not st.is_output and st is not acc:
+                st.compute_inline()
+        lanes_iv = acc.op.axis[-1]
+        reduce = [x for x in acc.leaf_iter_vars if x.kind == "reduce"]
+        acc.reorder(*reduce, lanes_iv)
+        if lanes_iv.extent >= 2:
+            acc.vectorize(lanes_iv)
+        run_parallel(ctx, acc, {id(lanes_iv)})
+        for st in sch.stages:
+            if st.is_output:
+                run_parallel(ctx, st)
+        return sch
+
+    return schedule
+
+
+register_schedule("qconv2d", "cpu")(_integer_schedule("qconv"))
+register_schedule("qdense", "cpu")(_integer_schedule("qdense"))

@@ -1,0 +1,82 @@
+"""QDQ models from onnxruntime's quantize_static become integer kernels whose outputs
+stay within one quantization step of ONNX Runtime computing the QDQ graph in float."""
+
+from __future__ import annotations
+
+import collections
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+from onnxruntime.quantization.shape_inference import quant_pre_process
+
+from packager.backend import PackagerBackend
+from packager.package import prepare_graph
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import networks  # noqa: E402
+
+SHAPE = (1, 3, 32, 32)
+
+
+class _Calib(CalibrationDataReader):
+    def __init__(self):
+        rng = np.random.default_rng(1)
+        self.data = iter(
+            [{"input": rng.standard_normal(SHAPE).astype(np.float32)} for _ in range(8)]
+        )
+
+    def get_next(self):
+        return next(self.data, None)
+
+
+def _qdq(tmp_path, kind: str, act) -> Path:
+    if kind == "resnet":
+        model = networks.resnet(blocks=(1, 1), width=16, size=32, classes=10)
+    else:
+        model = networks.mobilenet_v2(width=0.25, size=32, classes=10)
+    raw, pre, out = tmp_path / "raw.onnx", tmp_path / "pre.onnx", tmp_path / "qdq.onnx"
+    model.graph.node.remove(model.graph.node[-1])  # the softmax: compare the logits
+    model.graph.output[0].name = model.graph.node[-1].output[0]
+    onnx.save(model, raw)
+    quant_pre_process(str(raw), str(pre), skip_symbolic_shape=True)  # folds batch norms
+    quantize_static(
+        str(pre),
+        str(out),
+        _Calib(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=act,
+        weight_type=QuantType.QInt8,
+    )
+    return out
+
+
+@pytest.mark.parametrize("kind", ["resnet", "mobilenet"])
+@pytest.mark.parametrize("act", [QuantType.QUInt8, QuantType.QInt8])
+def test_qdq_network_runs_integer_kernels_within_one_step(tmp_path, kind, act):
+    path = _qdq(tmp_path, kind, act)
+    model = onnx.load(path)
+    graph, _ = prepare_graph(model, disabled_passes={"fuse"})
+    ops = collections.Counter(n.op for n in graph.nodes)
+    convs = sum(n.op_type == "Conv" for n in model.graph.node)
+    assert ops["qconv2d"] == convs and "conv" not in ops and "conv2d_nchwc" not in ops
+    assert ops["qdense"] == 1 and "gemm" not in ops
+
+    x = np.random.default_rng(5).standard_normal(SHAPE).astype(np.float32)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(
+        None, {"input": x}
+    )[0]
+    got = PackagerBackend.prepare(model).run([x])[0]
+    last = model.graph.node[-1]  # the logits' DequantizeLinear: its scale is one step
+    assert last.op_type == "DequantizeLinear"
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    step = float(inits[last.input[1]])
+    assert (np.abs(got - want) <= step * 1.001).mean() >= 0.999
+    assert np.argmax(got) == np.argmax(want)
