@@ -18,8 +18,7 @@ F(4x4), and params.bin is read whole into memory. On a board with less than
 ``SMALL_MEMORY_BYTES`` of RAM, the transformed filters may add at most
 ``WINOGRAD_EXTRA_SHARE`` of the weights' bytes (``filter_budget``): of the Winograd forms
 the policy picked, ``within_budget`` keeps those with the most time saved per extra byte
-that fit, and the others run direct. Measured on ResNet-18 (224x224, 1000 classes, host
-EPYC, 1 thread): see docs/conv-algorithms.md.
+that fit, and the others run direct (figures: README, "Conv algorithms").
 
 ``variants(node, graph)`` gives the rewritten nodes (and the transformed filters) the
 tuner extracts as tasks; ``choose(graph, pick, budget, gain)`` rewrites a planned graph by
