@@ -188,3 +188,33 @@ def test_within_budget_spends_on_the_most_gain_per_byte():
     budget = four.extra_bytes + two.extra_bytes
     kept = ca.within_budget(picked, budget, lambda k, v, t: gains[k])
     assert sorted(kept) == [1, 2]  # both F(2x2) first; the F(4x4) no longer fits
+
+
+def test_a_tuned_build_weighs_each_form_by_its_records():
+    from packager.graph.memory import plan_memory
+    from packager.lowering import kernel_key
+    from packager.tune.apply import Tuning
+
+    graph, (node,) = _convs(_conv_model(c=64, oc=64, hw=56))
+    plan = plan_memory(graph)
+    tuning = Tuning(HOST256, [])
+    trials = []
+    ca.choose(graph, lambda k, n, trial: trials.append((k, trial)) or "direct")
+    ((k, trial),) = trials
+
+    def records(seconds):  # the best record of each form named (F(2x2) has none)
+        for algorithm, n, g in trial:
+            if algorithm in seconds:
+                key = kernel_key(n, g, plan.inplace.get(k, ()))
+                tuning.best[("cpu", key)] = {"result": {"costs": [seconds[algorithm]]}}
+
+    records({"direct": 2e-3, "winograd_4": 0.5e-3})
+    pick, gain = tuning.pick_algorithm(plan)
+    two, four = ca.variants(node, graph, transform=False)
+    assert pick(k, node, trial) == "winograd_4"
+    assert gain(k, four, trial) == pytest.approx(1.5e-3)  # what the records say it saves
+    assert gain(k, two, trial) == ca.model_gain(k, two, trial)  # no record: the estimate
+    kept = ca.choose(graph, pick, 3 * four.filters.nbytes, gain)
+    assert any(v.name.endswith("__winograd4") for v in kept.consts())
+    records({"winograd_4": 3e-3})  # measured slower than direct: never kept
+    assert pick(k, node, trial) == "direct" and gain(k, four, trial) < 0
