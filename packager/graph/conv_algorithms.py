@@ -171,7 +171,7 @@ SMALL_MEMORY_BYTES = 2048 << 20
 # The most transformed filters may add, as a share of the weights' bytes: params.bin
 # stays within 1.3x of the weights (with room for its header and alignment). ResNet-18
 # (224x224) by the untuned rule adds 27% and keeps every Winograd form (at 25%, one
-# 14x14 F(2x2) conv ran direct: 40.0 ms against 37.8 ms, for 1.8 MB less); F(4x4)
+# 14x14 F(2x2) conv ran direct: 5-6% slower, for 1.8 MB less); F(4x4)
 # everywhere would add 242%.
 WINOGRAD_EXTRA_SHARE = 0.28
 
