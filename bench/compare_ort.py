@@ -9,6 +9,7 @@ ratio bundle/ORT.
 
     python bench/compare_ort.py                    # all models, 1 and 2 threads
     python bench/compare_ort.py --models resnet18 --threads 1 --rounds 5
+    python bench/compare_ort.py --models resnet18 --threads 1 --ram-mb 512  # small board
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -65,16 +67,26 @@ def input_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     return feeds
 
 
-def build_bundle(model: onnx.ModelProto, workdir: Path, tuned: bool = False, algorithm=None):
+def build_bundle(
+    model: onnx.ModelProto, workdir: Path, tuned: bool = False, algorithm=None, ram_mb=None
+):
     """(bundle dir, run_bundle) for the host board; ``tuned`` applies tuning_logs/host/,
-    ``algorithm`` forces a conv algorithm (conv_algorithms.ALGORITHMS) where it applies."""
+    ``algorithm`` forces a conv algorithm (conv_algorithms.ALGORITHMS) where it applies,
+    ``ram_mb`` gives the board that much memory (a small one limits Winograd's filters)."""
     board = load_board("host")
+    board = replace(board, ram_mb=ram_mb) if ram_mb else board
     # the shipped records were measured on another machine: applied anyway, as the point
     # is to compare them (a build applies them only with --use-foreign-records)
     tuning = Tuning(board, log_files(board.name), use_foreign=True) if tuned else None
     compiled = compile_model(model, board, tuning=tuning, conv_algorithm=algorithm)
     bundle = workdir / (
-        "bundle_tuned" if tuned else f"bundle_{algorithm}" if algorithm else "bundle"
+        "bundle_tuned"
+        if tuned
+        else f"bundle_{algorithm}"
+        if algorithm
+        else f"bundle_{ram_mb}mb"
+        if ram_mb
+        else "bundle"
     )
     bundle.mkdir()
     write_bundle_files(bundle, compiled, {}, None)
@@ -141,7 +153,13 @@ def settle(seconds: float = 0.3) -> None:
 
 
 def compare(
-    name: str, threads_list, rounds: int, repeat: int, tuned: bool = False, algorithm=None
+    name: str,
+    threads_list,
+    rounds: int,
+    repeat: int,
+    tuned: bool = False,
+    algorithm=None,
+    ram_mb=None,
 ) -> list[dict]:
     model = MODELS[name]()
     feeds = input_feeds(model)
@@ -153,6 +171,11 @@ def compare(
             variants.append(("tuned", *build_bundle(model, Path(d), tuned=True)))
         if algorithm:
             variants.append((algorithm, *build_bundle(model, Path(d), algorithm=algorithm)))
+        small = f"{ram_mb}mb"
+        if ram_mb:
+            variants.append((small, *build_bundle(model, Path(d), ram_mb=ram_mb)))
+        for label, b, _ in variants:
+            print(f"{name} {label}: params.bin {(b / 'params.bin').stat().st_size / 1e6:.1f} MB")
         paths = {}
         for k, (n, a) in enumerate(feeds.items()):
             paths[n] = f"{d}/in{k}.npy"
@@ -199,6 +222,11 @@ def compare(
                 row.update({f"{algorithm}_ms": med[algorithm]})
                 ratio = med[algorithm] / med["ort"]
                 text += f"  {algorithm} {med[algorithm]:9.2f} ms ({algorithm}/ort {ratio:4.2f})"
+            if ram_mb:
+                row.update({f"{small}_ms": med[small]})
+                text += (
+                    f"  {small} {med[small]:9.2f} ms ({small}/ort {med[small] / med['ort']:4.2f})"
+                )
             rows.append(row)
             print(text, flush=True)
     return rows
@@ -225,11 +253,23 @@ def main(argv=None) -> int:
         help="also time a bundle whose eligible convs all use this algorithm (direct: "
         "what the untuned rule by shape gains over direct convs)",
     )
+    p.add_argument(
+        "--ram-mb",
+        type=int,
+        help="also time a bundle built for the host profile with this ram_mb (under 2048: "
+        "Winograd's transformed filters within a budget, conv_algorithms.filter_budget)",
+    )
     args = p.parse_args(argv)
     rows = []
     for name in args.models:
         rows += compare(
-            name, args.threads, args.rounds, args.repeat, args.tuned, args.conv_algorithm
+            name,
+            args.threads,
+            args.rounds,
+            args.repeat,
+            args.tuned,
+            args.conv_algorithm,
+            args.ram_mb,
         )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

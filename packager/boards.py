@@ -358,8 +358,9 @@ SCHEMA: tuple[Field, ...] = (
         "ram_mb",
         "int",
         "RAM of the board in MiB: a build whose peak memory estimate (parameters, tensor "
-        "arena, inputs and outputs, the runtime's own) exceeds it is refused. Absent: the "
-        "local machine's memory, no limit for a remote board.",
+        "arena, inputs and outputs, the runtime's own) exceeds it is refused; under 2048, "
+        "Winograd's transformed filters may add at most 28% of the weights (README \"Conv "
+        "algorithms\"). Absent: the local machine's memory, no limit for a remote board.",
         min=1,
     ),
     Field(

@@ -40,6 +40,10 @@ class Compiled:
     threads: int = 1  # the runtime's default thread count (the board's cores)
     pin_cores: tuple[int, ...] = ()  # cores the threads run on (big cores), if any
     static: bool = False  # run_bundle linked with -static (the profile's toolchain.link)
+    # what the Winograd filters add to the params over the filters they replace, and the
+    # most they were allowed to add (None: no limit; conv_algorithms.filter_budget)
+    winograd_extra_bytes: int = 0
+    winograd_budget_bytes: int | None = None
 
 
 def prepare_graph(
@@ -77,17 +81,21 @@ def compile_model(
     say = log or (lambda msg: None)
     graph, plan = prepare_graph(model, board, input_shapes, path, disabled_passes, say)
     gpu = Target.opencl(board) if board is not None and board.opencl is not None else None
-    if conv_algorithm is not None:
+    weights = sum(v.nbytes for v in graph.consts())
+    budget, gain = None, conv_algorithms.model_gain
+    if conv_algorithm is not None:  # what the caller asked for, whatever its size
         pick = conv_algorithms.forced(conv_algorithm)
     elif gpu is not None:  # the GPU schedules are direct convolutions
         pick = conv_algorithms.forced(conv_algorithms.DIRECT)
-    elif tuning is not None:
-        pick = tuning.pick_algorithm(plan)
     else:
+        budget = conv_algorithms.filter_budget(memory_bytes(board or _host()), weights)
         pick = conv_algorithms.by_default
-    chosen = conv_algorithms.choose(graph, pick)
+        if tuning is not None:
+            pick, gain = tuning.pick_algorithm(plan)
+    chosen = conv_algorithms.choose(graph, pick, budget, gain)
     if chosen.nodes != graph.nodes:  # new filters: the params' storage is re-planned
         graph, plan = chosen, plan_memory(chosen)
+    extra = sum(v.nbytes for v in graph.consts()) - weights
     target = Target.cpu(board or _host())
     kernels, funcs = lower_graph(
         graph,
@@ -102,7 +110,9 @@ def compile_model(
     if gpu is not None:
         say(placement_summary(kernels, funcs))
     static = board is not None and board.toolchain.static
-    return Compiled(graph, plan, kernels, funcs, target.cores, target.big_cores, static)
+    return Compiled(
+        graph, plan, kernels, funcs, target.cores, target.big_cores, static, extra, budget
+    )
 
 
 def placement_summary(kernels: list[Kernel], funcs: list[str]) -> str:
@@ -218,6 +228,10 @@ def package(
         "tuning": tuning.summary(),
         "input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
         "memory": memory,
+        "winograd_filters": {
+            "extra_bytes": compiled.winograd_extra_bytes,
+            "budget_bytes": compiled.winograd_budget_bytes,
+        },
     }
     extra = {FILE_NAME: toolchain_file(board)} if wants_toolchain_file(board) else {}
     out = write_bundle(
@@ -225,7 +239,8 @@ def package(
         lambda tmp: write_bundle_files(tmp, compiled, manifest, tests, extra),
         (model_path,),
     )
-    say(build_summary(out_dir, time.perf_counter() - t0, compiled.kernels, memory))
+    seconds = time.perf_counter() - t0
+    say(build_summary(out_dir, seconds, compiled.kernels, memory, compiled.winograd_extra_bytes))
     return out
 
 
@@ -233,13 +248,19 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
-def build_summary(out: str, seconds: float, kernels: list[Kernel], memory: dict) -> str:
-    """The build's last line: time, kernels by device, and the memory it needs."""
+def build_summary(
+    out: str, seconds: float, kernels: list[Kernel], memory: dict, winograd_extra: int = 0
+) -> str:
+    """The build's last line: time, kernels by device, and the memory it needs (the part
+    of the params that Winograd's transformed filters add, if any)."""
     devices = [k.device for k in kernels]
+    params = f"weights {_mb(memory['params_bytes'])}"
+    if winograd_extra:
+        params = f"params {_mb(memory['params_bytes'])} (Winograd filters +{_mb(winograd_extra)})"
     return (
         f"built {out} in {seconds:.1f}s: {len(kernels)} kernels "
         f"({devices.count('cpu')} cpu, {devices.count('opencl')} opencl), "
-        f"weights {_mb(memory['params_bytes'])}, arena {_mb(memory['arena_bytes'])}, "
+        f"{params}, arena {_mb(memory['arena_bytes'])}, "
         f"peak memory ~{_mb(memory['peak_bytes'])}"
     )
 

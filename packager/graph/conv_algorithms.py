@@ -13,9 +13,16 @@ per output), F(4x4)'s 0.7-0.9e-5; on ResNet-18's logits the mean difference from
 Runtime is 2.5e-5 (direct), 2.4e-5 (F(2x2)), 3.0e-5 (F(4x4)) for logits up to 244.
 ``packager build --conv-algorithm direct`` keeps every conv direct.
 
+Transformed filters are larger than the filters: 16/9 of them for F(2x2), 36/9 for
+F(4x4), and params.bin is read whole into memory. On a board with less than
+``SMALL_MEMORY_BYTES`` of RAM, the transformed filters may add at most
+``WINOGRAD_EXTRA_SHARE`` of the weights' bytes (``filter_budget``): of the Winograd forms
+the policy picked, ``within_budget`` keeps those with the most time saved per extra byte
+that fit, and the others run direct (figures: README, "Conv algorithms").
+
 ``variants(node, graph)`` gives the rewritten nodes (and the transformed filters) the
-tuner extracts as tasks; ``choose(graph, plan, pick)`` rewrites a planned graph by a
-``pick`` policy. Only constants change: activations, their shapes and the memory plan
+tuner extracts as tasks; ``choose(graph, pick, budget, gain)`` rewrites a planned graph by
+a ``pick`` policy. Only constants change: activations, their shapes and the memory plan
 stay as they are.
 """
 
@@ -43,6 +50,11 @@ class Variant:
     @property
     def algorithm(self) -> str:
         return f"winograd_{self.tile}"
+
+    @property
+    def extra_bytes(self) -> int:
+        """What the transformed filters add to params.bin over the filters they replace."""
+        return self.weight.nbytes - self.filters.nbytes
 
 
 def _inner_conv(node: Node) -> dict | None:
@@ -150,12 +162,66 @@ def by_default(k: int, node: Node, trial: list) -> str:
 
 # pick(node index, node, [(algorithm, node, graph-with-it)]) -> the algorithm to use
 Pick = Callable[[int, Node, list], str]
+# gain(node index, Winograd variant, trial) -> seconds it saves over the direct conv
+Gain = Callable[[int, Variant, list], float]
+
+# A board with less RAM than this gets a budget for transformed filters; one with more
+# (or of unknown memory) keeps every Winograd form its policy picks.
+SMALL_MEMORY_BYTES = 2048 << 20
+# The most transformed filters may add, as a share of the weights' bytes: params.bin
+# stays within 1.3x of the weights (with room for its header and alignment). ResNet-18
+# (224x224) by the untuned rule adds 27% and keeps every Winograd form (at 25%, one
+# 14x14 F(2x2) conv ran direct: 5-6% slower, for 1.8 MB less); F(4x4)
+# everywhere would add 242%.
+WINOGRAD_EXTRA_SHARE = 0.28
+
+# The model gain of a form no tuning record measured: the share of the direct conv's
+# time it saves (host, ResNet-18 and SqueezeNet convs above, where the rule picks it)
+# at the direct kernel's measured rate (56x56 64->64: 115.6M multiply-adds in 2.13 ms).
+SAVED_SHARE = {2: 0.4, 4: 0.45}
+DIRECT_MACS_PER_SECOND = 54e9
 
 
-def choose(graph: Graph, pick: Pick) -> Graph:
-    """``graph`` with every eligible conv in the algorithm ``pick`` names."""
-    values = dict(graph.values)
-    nodes = list(graph.nodes)
+def filter_budget(ram_bytes: int | None, weights_bytes: int) -> int | None:
+    """The bytes transformed filters may add on a board with ``ram_bytes`` of memory
+    (None: no limit, for a board with plenty or of unknown memory)."""
+    if ram_bytes is None or ram_bytes >= SMALL_MEMORY_BYTES:
+        return None
+    return int(WINOGRAD_EXTRA_SHARE * weights_bytes)
+
+
+def model_gain(k: int, v: Variant, trial: list) -> float:
+    """Seconds the form ``v`` saves over the direct conv, estimated from its multiply-adds."""
+    graph = trial[0][2]
+    conv = _inner_conv(trial[0][1])
+    x, w = (graph.values[i] for i in conv["inputs"][:2])
+    pads = list(conv["attrs"].get("pads") or [0, 0, 0, 0])
+    rows, cols = x.shape[2] + pads[0] + pads[2] - 2, x.shape[3] + pads[1] + pads[3] - 2
+    macs = rows * cols * x.shape[1] * x.shape[4] * w.shape[0] * w.shape[5] * 9
+    return macs * SAVED_SHARE[v.tile] / DIRECT_MACS_PER_SECOND
+
+
+def within_budget(
+    picked: dict[int, tuple[Variant, list]], budget: int, gain: Gain
+) -> dict[int, tuple[Variant, list]]:
+    """The Winograd convs of ``picked`` (node index -> (variant, trial)) to keep, their
+    extra bytes at most ``budget``: by most seconds saved per extra byte, each that still
+    fits (a small one after a large one that did not). A form saving nothing is dropped."""
+    gains = {k: gain(k, v, trial) for k, (v, trial) in picked.items()}
+    order = sorted(picked, key=lambda k: gains[k] / picked[k][0].extra_bytes, reverse=True)
+    kept, spent = {}, 0
+    for k in order:
+        extra = picked[k][0].extra_bytes
+        if gains[k] > 0 and spent + extra <= budget:
+            kept[k], spent = picked[k], spent + extra
+    return kept
+
+
+def choose(graph: Graph, pick: Pick, budget: int | None = None, gain: Gain = model_gain) -> Graph:
+    """``graph`` with every eligible conv in the algorithm ``pick`` names; with a
+    ``budget`` (bytes, see ``filter_budget``), only the Winograd forms ``within_budget``
+    keeps, the other convs direct."""
+    picked = {}  # node index -> (the Winograd variant picked, the trial it was picked from)
     for k, node in enumerate(graph.nodes):
         options = variants(node, graph, transform=False)  # only the chosen one is computed
         if not options:
@@ -167,8 +233,14 @@ def choose(graph: Graph, pick: Pick) -> Graph:
         algorithm = pick(k, node, trial)
         for v in options:
             if v.algorithm == algorithm:
-                nodes[k] = v.node
-                values[v.weight.name] = transformed(v).weight
+                picked[k] = (v, trial)
+    if budget is not None:
+        picked = within_budget(picked, budget, gain)
+    values = dict(graph.values)
+    nodes = list(graph.nodes)
+    for k, (v, _) in picked.items():
+        nodes[k] = v.node
+        values[v.weight.name] = transformed(v).weight
     return replace(graph, nodes=nodes, values=values)
 
 

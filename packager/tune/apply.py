@@ -61,21 +61,34 @@ class Tuning:
         self.fallback: list[str] = []  # "label: why"
 
     def pick_algorithm(self, plan):
-        """A conv_algorithms policy: the variant with the fastest record (the untuned
-        rule, conv_algorithms.default_algorithm, when no variant has one). Records of
-        different variants of one conv come from the same board, so their costs compare."""
-        from ..graph.conv_algorithms import by_default
+        """A conv_algorithms policy and its gain, as (pick, gain). pick: the variant with
+        the fastest record (the untuned rule, conv_algorithms.default_algorithm, when no
+        variant has one). gain: the seconds a Winograd variant saves over the direct conv
+        by their records (records of different variants of one conv come from the same
+        board, so their costs compare; a variant its records show slower saves nothing),
+        else conv_algorithms.model_gain's estimate."""
+        from ..graph.conv_algorithms import by_default, model_gain
         from ..lowering import kernel_key
 
-        def pick(k, node, trial):
-            costs = {}
+        def costs(k, trial) -> dict[str, float]:
+            found = {}
             for algorithm, n, g in trial:
                 rec = self.best.get(("cpu", kernel_key(n, g, plan.inplace.get(k, ()))))
                 if rec is not None:
-                    costs[algorithm] = cost(rec)
-            return min(costs, key=costs.get) if costs else by_default(k, node, trial)
+                    found[algorithm] = cost(rec)
+            return found
 
-        return pick
+        def pick(k, node, trial):
+            found = costs(k, trial)
+            return min(found, key=found.get) if found else by_default(k, node, trial)
+
+        def gain(k, variant, trial):
+            found = costs(k, trial)
+            if "direct" in found and variant.algorithm in found:
+                return found["direct"] - found[variant.algorithm]
+            return model_gain(k, variant, trial)
+
+        return pick, gain
 
     def knobs_for(self, key: str, node, graph, inplace=(), target=None) -> dict | None:
         """Knobs of the kernel on ``target`` (None: the board's cpu)."""

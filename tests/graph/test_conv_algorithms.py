@@ -162,3 +162,59 @@ def test_untuned_build_follows_the_rule_and_direct_can_be_forced():
     (want,) = ort_outputs(model, {"input": x})
     (got,) = run_model(model, {"input": x})
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * np.abs(want).max())
+
+
+def test_a_budget_keeps_the_winograd_forms_that_fit_and_pay():
+    graph, (node,) = _convs(_conv_model(c=64, oc=64, hw=56))
+    w = next(graph.values[i] for i in node.inputs if graph.values[i].is_const)
+    extra = 3 * w.nbytes  # F(4x4): 36 transformed values per 9 filter taps
+
+    def winograd(out):
+        return [v.name for v in out.consts() if "__winograd" in v.name]
+
+    four = ca.forced("winograd_4")
+    assert winograd(ca.choose(graph, four, budget=extra)) == [f"{w.name}__winograd4"]
+    assert winograd(ca.choose(graph, four, budget=extra - 1)) == []
+    # A form its records show slower than the direct conv is not kept, room or not.
+    assert winograd(ca.choose(graph, four, budget=extra, gain=lambda k, v, t: -1e-4)) == []
+    assert ca.model_gain(0, ca.variants(node, graph)[1], [("direct", node, graph)]) > 0
+
+
+def test_within_budget_spends_on_the_most_gain_per_byte():
+    graph, (node,) = _convs(_conv_model(c=64, oc=64, hw=56))
+    two, four = ca.variants(node, graph, transform=False)
+    picked = {0: (four, []), 1: (two, []), 2: (two, [])}
+    gains = {0: 3.0, 1: 1.0, 2: 0.9}  # per byte: F(2x2) 1.0 / 0.78, F(4x4) 3.0 / 3
+    budget = four.extra_bytes + two.extra_bytes
+    kept = ca.within_budget(picked, budget, lambda k, v, t: gains[k])
+    assert sorted(kept) == [1, 2]  # both F(2x2) first; the F(4x4) no longer fits
+
+
+def test_a_tuned_build_weighs_each_form_by_its_records():
+    from packager.graph.memory import plan_memory
+    from packager.lowering import kernel_key
+    from packager.tune.apply import Tuning
+
+    graph, (node,) = _convs(_conv_model(c=64, oc=64, hw=56))
+    plan = plan_memory(graph)
+    tuning = Tuning(HOST256, [])
+    trials = []
+    ca.choose(graph, lambda k, n, trial: trials.append((k, trial)) or "direct")
+    ((k, trial),) = trials
+
+    def records(seconds):  # the best record of each form named (F(2x2) has none)
+        for algorithm, n, g in trial:
+            if algorithm in seconds:
+                key = kernel_key(n, g, plan.inplace.get(k, ()))
+                tuning.best[("cpu", key)] = {"result": {"costs": [seconds[algorithm]]}}
+
+    records({"direct": 2e-3, "winograd_4": 0.5e-3})
+    pick, gain = tuning.pick_algorithm(plan)
+    two, four = ca.variants(node, graph, transform=False)
+    assert pick(k, node, trial) == "winograd_4"
+    assert gain(k, four, trial) == pytest.approx(1.5e-3)  # what the records say it saves
+    assert gain(k, two, trial) == ca.model_gain(k, two, trial)  # no record: the estimate
+    kept = ca.choose(graph, pick, 3 * four.filters.nbytes, gain)
+    assert any(v.name.endswith("__winograd4") for v in kept.consts())
+    records({"winograd_4": 3e-3})  # measured slower than direct: never kept
+    assert pick(k, node, trial) == "direct" and gain(k, four, trial) < 0
