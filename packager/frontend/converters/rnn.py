@@ -67,18 +67,19 @@ def _cell_attrs(ctx, node, kind: str, num_dir: int) -> dict:
     for a in acts:
         if a not in ACTIVATIONS:
             ctx.fail(node, f"activation '{a}' is not supported (supported: {sorted(ACTIVATIONS)})")
-    alphas = [float(v) for v in ctx.attr(node, "activation_alpha", [])]
-    betas = [float(v) for v in ctx.attr(node, "activation_beta", [])]
-
-    def at(values, k):
-        return values[k] if k < len(values) else None
-
+    alphas = iter(float(v) for v in ctx.attr(node, "activation_alpha", []))
+    betas = iter(float(v) for v in ctx.attr(node, "activation_beta", []))
+    # Each activation that takes alpha (beta) consumes the next value of the list, in
+    # the order of the activations (as ONNX Runtime reads them); none left: the default.
+    params = [ACTIVATIONS[a][1] for a in acts]
+    at_alpha = [next(alphas, None) if "alpha" in p else None for p in params]
+    at_beta = [next(betas, None) if "beta" in p else None for p in params]
     clip = ctx.attr(node, "clip")
     return {
         "kind": kind,
         "acts": acts,
-        "alphas": [at(alphas, k) for k in range(len(acts))],
-        "betas": [at(betas, k) for k in range(len(acts))],
+        "alphas": at_alpha,
+        "betas": at_beta,
         "clip": None if clip is None else float(clip),
         "linear_before_reset": int(ctx.attr(node, "linear_before_reset", 0)),
         "input_forget": int(ctx.attr(node, "input_forget", 0)),
