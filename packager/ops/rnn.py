@@ -25,7 +25,7 @@ bound), linear_before_reset, input_forget, with_p, with_lens, with_y.
 from __future__ import annotations
 
 from .. import te
-from ..te.schedule import default_schedule
+from ..te.schedule import default_schedule, vectorize_innermost
 from ._cpu import fallback, lanes_of
 from .registry import ScheduleContext, register_op, register_schedule
 from .scalar import c
@@ -39,13 +39,47 @@ def _affine(x, a):
 
 
 def _scaled_tanh(x, a):
-    return c(x, a.get("alpha", 1.0)) * te.call("tanh", x * c(x, a.get("beta", 1.0)))
+    return c(x, a.get("alpha", 1.0)) * _tanh(x * c(x, a.get("beta", 1.0)), a)
+
+
+# tanh(x) ~ x P(x^2) / Q(x^2) on [-9, 9] (odd/even minimax polynomials; max abs error
+# 3.5e-7 in float32): plain arithmetic, so the gate math runs in vectors where the C
+# library's tanhf and expf would run one element at a time (they took most of a step).
+TANH_P = (
+    4.89352455891786e-03,
+    6.37261928875436e-04,
+    1.48572235717979e-05,
+    5.12229709037114e-08,
+    -8.60467152213735e-11,
+    2.00018790482477e-13,
+    -2.76076847742355e-16,
+)
+TANH_Q = (4.89352518554385e-03, 2.26843463243900e-03, 1.18534705686654e-04, 1.19825839466702e-06)
+TANH_CLAMP = 9.0
+
+
+def _poly(x2, coeffs):
+    acc = c(x2, coeffs[-1])
+    for k in coeffs[-2::-1]:
+        acc = acc * x2 + c(x2, k)
+    return acc
+
+
+def _tanh(x, a):
+    x = te.min_(te.max_(x, c(x, -TANH_CLAMP)), c(x, TANH_CLAMP))
+    x2 = x * x
+    return x * _poly(x2, TANH_P) / _poly(x2, TANH_Q)
+
+
+def _sigmoid(x, a):
+    half = c(x, 0.5)
+    return half + half * _tanh(x * half, a)
 
 
 # Activation name (lower case) -> (scalar function, its ONNX attributes alpha, beta).
 ACTIVATIONS = {
-    "sigmoid": (UNARY["sigmoid"][1], ()),
-    "tanh": (UNARY["tanh"][1], ()),
+    "sigmoid": (_sigmoid, ()),
+    "tanh": (_tanh, ()),
     "relu": (UNARY["relu"][1], ()),
     "hardsigmoid": (UNARY["hard_sigmoid"][1], ("alpha", "beta")),
     "leakyrelu": (UNARY["leaky_relu"][1], ("alpha",)),
@@ -165,7 +199,7 @@ def _gru(t, attrs, hidden):
             [t["h"].shape[1], hidden],
             lambda b, k: gate(b, k, 1) * _state(t, attrs, "h", b, k),
             name="rh",
-            tag="rnn_rh",
+            tag="rnn_step",
         )
         acc_h = _recurrent(t, attrs, hidden, 2 * hidden, "gru_hidden", scale=rh)
 
@@ -195,7 +229,9 @@ CELLS = {"lstm": _lstm, "gru": _gru, "rnn": _rnn}
 
 
 def _outputs(t, attrs, batch, hidden, hid, cell):
-    """h (and c, and this step of Y) of the step, masked by the sequence lengths."""
+    """h (and c, and this step of Y) of the step, masked by the sequence lengths. The
+    new cell and state are stages of their own, so each element is computed once
+    whichever outputs read it."""
     lens = t.get("lens")
 
     def live(b):
@@ -204,49 +240,50 @@ def _outputs(t, attrs, batch, hidden, hid, cell):
     def keep(b, new, old):
         return new if lens is None else te.select(live(b), new, old)
 
-    def h_val(b, j):
-        return hid(b, j, cell(b, j) if cell else None)
-
+    rows = [batch, hidden]
+    ct = te.compute(rows, cell, name="cell", tag="rnn_step") if cell else None
+    ht = te.compute(rows, lambda b, j: hid(b, j, ct[b, j] if ct else None), tag="rnn_step")
     shape = [1, batch, hidden]
-    outs = [
-        te.compute(
-            shape, lambda _, b, j: keep(b, h_val(b, j), _state(t, attrs, "h", b, j)), name="h"
-        )
-    ]
-    if cell:
+    outs = [te.compute(shape, lambda _, b, j: keep(b, ht[b, j], _state(t, attrs, "h", b, j)))]
+    if ct is not None:
         outs.append(
-            te.compute(
-                shape, lambda _, b, j: keep(b, cell(b, j), _state(t, attrs, "c", b, j)), name="c"
-            )
+            te.compute(shape, lambda _, b, j: keep(b, ct[b, j], _state(t, attrs, "c", b, j)))
         )
     if attrs.get("with_y"):
-
-        def y(_, __, b, j):
-            v = h_val(b, j)
-            return keep(b, v, c(v, 0))
-
-        outs.append(te.compute([1, 1, batch, hidden], y, name="y"))
+        zero = te.const(0, ht.dtype)
+        outs.append(te.compute([1, 1, batch, hidden], lambda _, __, b, j: keep(b, ht[b, j], zero)))
     return outs
 
 
+# Vector accumulators of the recurrent product kept in registers over its k loop: a
+# one-row product (batch 1) needs several independent chains to keep the FMA units busy.
+ACCUMULATORS = 4
+
+
 def _cell_cpu(ctx: ScheduleContext) -> te.Schedule:
-    """The recurrent products at root, each output column block in vectors with the
-    k loop outside it (R^T's rows are contiguous along the gate columns); the gate math
-    inlined into the outputs, vectorized along the hidden units."""
+    """The recurrent products at root, blocks of ACCUMULATORS vectors of gate columns
+    accumulated over the whole k loop (R^T's rows are contiguous along the columns);
+    the gate math (its own stages: computed once per element) in vectors too."""
     sch = default_schedule(ctx.outs, ctx.target)
     for st in sch.stages:
-        if st.op.tag == "rnn_rh":
-            st.compute_root()  # r * h once per element, not once per product term
-        if not st.op.reduce_axis:
+        if st.is_output:
             continue
         lanes = lanes_of(ctx, st.tensor)
-        b, j = st.op.axis
-        if lanes < 2 or j.extent % lanes:
+        inner = st.op.axis[-1]
+        if lanes < 2 or inner.extent % lanes:
             return fallback(ctx)
         st.compute_root()
-        jo, jl = st.split(j, lanes)
+        if not st.op.reduce_axis:
+            vectorize_innermost(st, ctx.target)
+            continue
+        b, j = st.op.axis
+        vectors = j.extent // lanes
+        block = max(a for a in range(1, ACCUMULATORS + 1) if vectors % a == 0)
+        jo, ji = st.split(j, lanes * block)
+        jc, jl = st.split(ji, lanes)
         (k,) = st.op.reduce_axis
-        st.reorder(b, jo, k, jl)
+        st.reorder(b, jo, k, jc, jl)
+        st.unroll(jc)
         st.vectorize(jl)
     return sch
 

@@ -4,6 +4,9 @@ language model; the unrolled graph's kernels (one per direction, shared by the s
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -188,40 +191,15 @@ def test_rnn_bidirectional_activations(acts):
     _check(model, feeds)
 
 
-def _lstm_lm(steps=16, hidden=128, batch=1, vocab=64, seed=1):
-    """Two stacked LSTMs over an embedded sequence (S, B, hidden), then a projection to
-    vocabulary logits."""
-    rng = np.random.default_rng(seed)
+def _lstm_lm():
+    """The 2-layer LSTM language model of the benchmarks (hidden 128, 16 steps) and an
+    embedded sequence for it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import networks
 
-    def w(*shape):
-        return numpy_helper.from_array(
-            rng.uniform(-0.1, 0.1, shape).astype(np.float32), f"w{rng.integers(1 << 30)}"
-        )
-
-    inits, nodes, src = [], [], "emb"
-    for layer in range(2):
-        ws = [w(1, 4 * hidden, hidden), w(1, 4 * hidden, hidden), w(1, 8 * hidden)]
-        inits += ws
-        y = f"y{layer}"
-        nodes.append(
-            helper.make_node("LSTM", [src, *(t.name for t in ws)], [y], hidden_size=hidden)
-        )
-        inits.append(numpy_helper.from_array(np.array([1], np.int64), f"ax{layer}"))
-        src = f"seq{layer}"
-        nodes.append(helper.make_node("Squeeze", [y, f"ax{layer}"], [src]))
-    proj = w(hidden, vocab)
-    inits.append(proj)
-    nodes.append(helper.make_node("MatMul", [src, proj.name], ["logits"]))
-    graph = helper.make_graph(
-        nodes,
-        "lstm_lm",
-        [helper.make_tensor_value_info("emb", TensorProto.FLOAT, [steps, batch, hidden])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [steps, batch, vocab])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
-    feeds = {"emb": rng.uniform(-1, 1, (steps, batch, hidden)).astype(np.float32)}
-    return model, feeds
+    model = networks.lstm_lm(steps=16, hidden=128, layers=2, batch=1)
+    emb = np.random.default_rng(1).uniform(-1, 1, (16, 1, 128)).astype(np.float32)
+    return model, {"emb": emb}
 
 
 def test_two_layer_lstm_language_model():
