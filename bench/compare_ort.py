@@ -10,6 +10,7 @@ ratio bundle/ORT.
     python bench/compare_ort.py                    # all models, 1 and 2 threads
     python bench/compare_ort.py --models resnet18 --threads 1 --rounds 5
     python bench/compare_ort.py --models resnet18 --threads 1 --ram-mb 512  # small board
+    python bench/compare_ort.py --models lstm2 --threads 1 --repeat 200
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ MODELS = {
     "inception_v1": light("inception_v1"),
     "mobilenet_v2": lambda: networks.mobilenet_v2(width=1.0, size=224, classes=1000),
     "resnet18": lambda: networks.resnet(blocks=(2, 2, 2, 2), width=64, size=224, classes=1000),
+    # 2-layer LSTM, hidden 128, 16 steps, batch 1 (unrolled: 32 cell kernels a run)
+    "lstm2": lambda: networks.lstm_lm(steps=16, hidden=128, layers=2, batch=1, vocab=None),
 }
 
 

@@ -2,7 +2,8 @@
 
 Used by the example, the tests and the benchmarks: a tiny CNN, a MobileNetV2-style
 network (inverted residuals: 1x1 expand, 3x3 depthwise, 1x1 project, residual adds) and
-ResNet-style networks (basic blocks with batch norm and strided downsampling).
+ResNet-style networks (basic blocks with batch norm and strided downsampling), and an
+LSTM language model's recurrent body.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ class NetBuilder:
     def param(self, data, hint: str) -> str:
         name = self.name(hint)
         self.inits.append(numpy_helper.from_array(np.asarray(data, np.float32), name))
+        return name
+
+    def param_int(self, data, hint: str) -> str:
+        name = self.name(hint)
+        self.inits.append(numpy_helper.from_array(np.asarray(data, np.int64), name))
         return name
 
     def conv_bn(self, x, cin, cout, k, stride=1, group=1, act: str | None = "Relu") -> str:
@@ -171,3 +177,34 @@ if __name__ == "__main__":
     out = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "tiny_cnn.onnx")
     onnx.save(tiny_cnn(), out)
     print(out)
+
+
+def lstm_lm(
+    seed: int = 0, steps: int = 16, hidden: int = 128, layers: int = 2, batch: int = 1, vocab=256
+) -> onnx.ModelProto:
+    """A language model's recurrent body: stacked LSTMs over an embedded token sequence
+    (input ``emb``, (steps, batch, hidden): the embedding lookup happens before), then
+    the projection to vocabulary logits (steps, batch, vocab); ``vocab=None``: the last
+    layer's sequence (steps, batch, hidden) is the output, without the projection."""
+    b = NetBuilder(seed)
+    x = "emb"
+    for _ in range(layers):
+        w = b.weight((1, 4 * hidden, hidden), "lstm_w", 0.1)
+        r = b.weight((1, 4 * hidden, hidden), "lstm_r", 0.1)
+        bias = b.weight((1, 8 * hidden), "lstm_b", 0.1)
+        y = b.op("LSTM", [x, w, r, bias], hidden_size=hidden)
+        x = b.op("Squeeze", [y, b.param_int([1], "axis")])
+    logits = b.op("MatMul", [x, b.weight((hidden, vocab), "proj")]) if vocab else x
+    graph = helper.make_graph(
+        b.nodes,
+        "lstm_lm",
+        [helper.make_tensor_value_info("emb", TensorProto.FLOAT, [steps, batch, hidden])],
+        [helper.make_tensor_value_info(logits, TensorProto.FLOAT, [steps, batch, vocab or hidden])],
+        b.inits,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", b.opset)], producer_name="packager-examples"
+    )
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
