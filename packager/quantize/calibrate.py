@@ -1,5 +1,6 @@
 """Run the float model on the calibration samples and collect, per activation to quantize,
-its min, max and (for the percentile and entropy methods) a histogram of |x|.
+its min, max and (for the percentile and entropy methods) a histogram of its non-zero |x|
+and a count of its zeros.
 
 The tensors are observed by adding them as outputs to a copy of the model. It runs in ONNX
 Runtime when that is installed, else in onnx's reference evaluator (slow, but exact). Two
@@ -67,5 +68,7 @@ def collect(
         for sample in samples:
             for t, x in zip(tensors, run(sample)):
                 s = stats[t]
-                s.hist += np.histogram(np.abs(x), BINS, (0.0, s.absmax or 1.0))[0]
+                nonzero = np.abs(x[x != 0])
+                s.zeros += x.size - nonzero.size
+                s.hist += np.histogram(nonzero, BINS, (0.0, s.absmax or 1.0))[0]
     return stats

@@ -11,14 +11,17 @@ from dataclasses import dataclass
 import numpy as np
 
 BINS = 2048  # histogram resolution of |x|: the entropy search's candidate thresholds
-MIN_ENTROPY_COUNT = BINS  # fewer values (a model's few logits) keep their min and max
 
 
 @dataclass
 class Stats:
     lo: float
     hi: float
-    hist: np.ndarray | None = None  # counts of |x| in BINS equal bins over [0, absmax]
+    hist: np.ndarray | None = None  # counts of non-zero |x| in BINS bins over [0, absmax]
+    # Exact zeros (half of a Relu's outputs) are counted apart: every quantizer represents
+    # 0 exactly, and a spike in the first bin would pull the entropy search towards small
+    # thresholds (the spike smeared over a merged bucket costs more the wider it is).
+    zeros: int = 0
 
     @property
     def absmax(self) -> float:
@@ -29,9 +32,12 @@ def minmax_range(stats: Stats, **_) -> tuple[float, float]:
     return stats.lo, stats.hi
 
 
-def percentile_threshold(hist: np.ndarray, absmax: float, percentile: float) -> float:
-    """The smallest bin edge below which ``percentile`` % of the |x| counts lie."""
-    cdf = np.cumsum(hist, dtype=np.float64)
+def percentile_threshold(
+    hist: np.ndarray, absmax: float, percentile: float, zeros: int = 0
+) -> float:
+    """The smallest bin edge below which ``percentile`` % of the |x| counts lie (``zeros``
+    more values at 0, outside ``hist``)."""
+    cdf = np.cumsum(hist, dtype=np.float64) + zeros
     if cdf[-1] == 0:
         return absmax
     i = int(np.searchsorted(cdf, cdf[-1] * percentile / 100.0))
@@ -80,11 +86,13 @@ def _clipped(stats: Stats, t: float) -> tuple[float, float]:
 
 
 def percentile_range(stats: Stats, percentile: float = 99.99, **_) -> tuple[float, float]:
-    return _clipped(stats, percentile_threshold(stats.hist, stats.absmax, percentile))
+    return _clipped(stats, percentile_threshold(stats.hist, stats.absmax, percentile, stats.zeros))
 
 
 def entropy_range(stats: Stats, levels: int = 128, **_) -> tuple[float, float]:
-    if stats.hist.sum() < MIN_ENTROPY_COUNT:  # too few values to be a distribution
+    # A tensor with no more distinct magnitudes than levels (an image of 16 grey levels, a
+    # few logits) is no distribution to fit: every clipped P is trivially matched (KL ~ 0).
+    if np.count_nonzero(stats.hist) <= levels:
         return minmax_range(stats)
     return _clipped(stats, entropy_threshold(stats.hist, stats.absmax, levels))
 
