@@ -211,7 +211,9 @@ def print_digits(rows: list[dict], build: bool, refusal: str | None) -> None:
     if not build:
         print("build column skipped (--no-build)")
     elif refusal:
-        print(f"build column skipped: `packager build --board host` refused the int8 model: {refusal}")
+        print(
+            f"build column skipped: `packager build --board host` refused the int8 model: {refusal}"
+        )
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:

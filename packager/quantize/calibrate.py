@@ -26,7 +26,9 @@ def observing(model: onnx.ModelProto, tensors: Sequence[str]) -> onnx.ModelProto
     """A copy of ``model`` whose outputs are exactly ``tensors`` (all float)."""
     m = onnx.ModelProto.FromString(model.SerializeToString())
     del m.graph.output[:]
-    m.graph.output.extend(helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in tensors)
+    m.graph.output.extend(
+        helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in tensors
+    )
     return m
 
 
@@ -40,9 +42,7 @@ def make_runner(model: onnx.ModelProto) -> Runner:
         return lambda feeds: ref.run(None, feeds)
     opts = ort.SessionOptions()
     opts.log_severity_level = 3  # the observed outputs lack shapes; ORT would warn of each
-    sess = ort.InferenceSession(
-        model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
-    )
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     return lambda feeds: sess.run(None, feeds)
 
 
@@ -58,7 +58,10 @@ def collect(
     for sample in samples:
         for t, x in zip(tensors, run(sample)):
             s = stats[t]
-            s.lo, s.hi = min(s.lo, float(x.min(initial=np.inf))), max(s.hi, float(x.max(initial=-np.inf)))
+            s.lo, s.hi = (
+                min(s.lo, float(x.min(initial=np.inf))),
+                max(s.hi, float(x.max(initial=-np.inf))),
+            )
     for s in stats.values():
         if not np.isfinite(s.lo):  # a tensor with no elements
             s.lo = s.hi = 0.0

@@ -50,7 +50,9 @@ def _foldable(conv, bn, inits, uses, outputs) -> bool:
 def _fold(conv, bn, inits) -> None:
     """Conv's weight and bias absorb bn; conv writes bn's output."""
     w = numpy_helper.to_array(inits[conv.input[1]]).astype(np.float64)
-    gamma, beta, mean, var = (numpy_helper.to_array(inits[n]).astype(np.float64) for n in bn.input[1:])
+    gamma, beta, mean, var = (
+        numpy_helper.to_array(inits[n]).astype(np.float64) for n in bn.input[1:]
+    )
     eps = next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5)
     scale = gamma / np.sqrt(var + eps)
     b = numpy_helper.to_array(inits[conv.input[2]]) if len(conv.input) > 2 else 0.0

@@ -111,7 +111,9 @@ class _Rewriter:
         self.inits = {t.name: t for t in self.g.initializer}
         self.taken = set(self.inits) | {i for n in self.g.node for i in [*n.input, *n.output]}
         self.taken |= {v.name for v in self.g.input}
-        self.qparams = {t: activation_qparams(lo, hi, activations) for t, (lo, hi) in ranges.items()}
+        self.qparams = {
+            t: activation_qparams(lo, hi, activations) for t, (lo, hi) in ranges.items()
+        }
         self.dequantized: dict[str, str] = {}
         self.nodes: list[onnx.NodeProto] = []
         self.new_inits: list[onnx.TensorProto] = []
@@ -133,7 +135,9 @@ class _Rewriter:
     def dq(self, src: str, scale: str, zp: str, hint: str, axis: int | None = None) -> str:
         out = self.fresh(hint)
         attrs = {} if axis is None else {"axis": axis}
-        self.nodes.append(helper.make_node("DequantizeLinear", [src, scale, zp], [out], out, **attrs))
+        self.nodes.append(
+            helper.make_node("DequantizeLinear", [src, scale, zp], [out], out, **attrs)
+        )
         return out
 
     def quantize_activation(self, t: str) -> None:
@@ -164,7 +168,10 @@ class _Rewriter:
         x = node.input[0]
         if len(node.input) < 3 or node.input[2] not in self.inits or x not in self.qparams:
             return
-        if node.op_type == "Gemm" and (_attr(node, "alpha", 1.0), _attr(node, "beta", 1.0)) != (1.0, 1.0):
+        if node.op_type == "Gemm" and (_attr(node, "alpha", 1.0), _attr(node, "beta", 1.0)) != (
+            1.0,
+            1.0,
+        ):
             return  # alpha scales the product but not the bias: no common scale
         b = numpy_helper.to_array(self.inits[node.input[2]])
         if b.dtype != np.float32 or b.shape != w_scale.shape:
