@@ -100,7 +100,7 @@ def train(x, y, epochs: int = 30, lr: float = 0.05, batch: int = 32, seed: int =
         order = rng.permutation(len(x))
         for i in range(0, len(x), batch):
             idx = order[i : i + batch]
-            for p, v, g in zip(params, velocity, _grads(params, cols[idx], y[idx])):
+            for p, v, g in zip(params, velocity, _grads(params, cols[idx], y[idx]), strict=True):
                 v *= 0.9
                 v -= lr * g
                 p += v

@@ -338,3 +338,19 @@ def test_digits_int8_top1_within_one_point_of_fp32():
             q, _ = quantize_model(model, [{"image": x_tr}], method, activations=acts)
             int8 = bench.top1(bench.ort_run(q, {"image": x_te}), y_te)
             assert abs(int8 - fp32) <= 1.0, (method, acts, fp32, int8)
+
+
+def test_calibration_without_onnxruntime_uses_the_reference_evaluator(monkeypatch, tiny):
+    from packager.quantize.prepare import prepare
+    from packager.quantize.qdq import activation_tensors
+
+    model, samples = prepare(tiny, "tiny"), random_samples(2, tiny)
+    tensors = activation_tensors(model)  # intermediate activations, not only the input
+    with_ort = collect(model, tensors, samples, histogram=False)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as if not installed
+    without = collect(model, tensors, samples, histogram=False)
+    assert len(tensors) == 8
+    for t in tensors:
+        np.testing.assert_allclose(
+            [without[t].lo, without[t].hi], [with_ort[t].lo, with_ort[t].hi], rtol=1e-4, atol=1e-5
+        )

@@ -56,7 +56,7 @@ def collect(
     run = make_runner(observing(model, tensors))
     stats = {t: Stats(np.inf, -np.inf) for t in tensors}
     for sample in samples:
-        for t, x in zip(tensors, run(sample)):
+        for t, x in zip(tensors, run(sample), strict=True):
             s = stats[t]
             s.lo, s.hi = (
                 min(s.lo, float(x.min(initial=np.inf))),
@@ -69,7 +69,7 @@ def collect(
         for s in stats.values():
             s.hist = np.zeros(BINS, np.int64)
         for sample in samples:
-            for t, x in zip(tensors, run(sample)):
+            for t, x in zip(tensors, run(sample), strict=True):
                 s = stats[t]
                 nonzero = np.abs(x[x != 0])
                 s.zeros += x.size - nonzero.size

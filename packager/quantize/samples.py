@@ -49,7 +49,9 @@ def _load(path: Path, v: onnx.ValueInfoProto) -> np.ndarray:
     except (OSError, ValueError) as e:
         raise PackagerError(f"--calib {path}: not a readable .npy file ({e})") from None
     want, dtype = _dims(v), _dtype(v)
-    fits = a.ndim == len(want) and all(w is None or w == g for w, g in zip(want, a.shape))
+    fits = a.ndim == len(want) and all(
+        w is None or w == g for w, g in zip(want, a.shape, strict=False)
+    )
     if not fits or a.dtype != dtype:
         raise PackagerError(
             f"--calib {path}: input '{v.name}' takes {dtype}{_show(want)}; the file holds "
