@@ -38,6 +38,7 @@ EPILOG = """examples:
   packager inspect model.onnx --input-shape data=1,3,224,224
   packager boards --check my_board.yaml
   packager report out/m -o m.html --profile prof.json --tuning-log tune.jsonl
+  packager quantize model.onnx -o model.int8.onnx --calib calib/ --method entropy
 """
 
 
@@ -120,6 +121,21 @@ def cmd_report(args) -> int:
     from .report import write_report
 
     print(write_report(args.bundle, args.output, args.profile, args.tuning_log))
+    return 0
+
+
+def cmd_quantize(args) -> int:
+    from .quantize import quantize_file
+
+    s = quantize_file(
+        args.model, args.output, args.calib, args.method, args.percentile, args.activations
+    )
+    ops = ", ".join(f"{n} {op}" for op, n in s.ops.items()) or "no Conv/MatMul/Gemm"
+    print(
+        f"quantized {ops} (int8 weights per channel, {s.biases} int32 biases), "
+        f"{s.activations} {args.activations} activations ({args.method})"
+    )
+    print(args.output)
     return 0
 
 
@@ -306,6 +322,7 @@ def make_parser() -> argparse.ArgumentParser:
     i.set_defaults(fn=cmd_inspect)
 
     add_report_parser(sub)
+    add_quantize_parser(sub)
 
     bo = sub.add_parser(
         "boards",
@@ -372,6 +389,70 @@ def add_report_parser(sub) -> None:
         help="tuning log (.jsonl from `packager tune`) to draw curves of (repeatable)",
     )
     rp.set_defaults(fn=cmd_report)
+
+
+QUANTIZE_EPILOG = """calibration data (--calib DIR):
+  one input:      DIR/*.npy, one file per sample (or per batch where the batch dimension
+                  is symbolic); DIR/<input name>/*.npy also works
+  several inputs: DIR/<input name>/*.npy per input; the files of one name across the
+                  subdirectories form one sample
+  each array has the input's dtype and rank and its size in every fixed dimension
+
+examples:
+  packager quantize model.onnx -o model.int8.onnx --calib calib/
+  packager quantize model.onnx -o model.int8.onnx --calib calib/ --method percentile \\
+      --percentile 99.9 --activations int8
+  packager quantize model.onnx -o test.int8.onnx --calib random:16   # testing only
+"""
+
+
+def add_quantize_parser(sub) -> None:
+    q = sub.add_parser(
+        "quantize",
+        help="post-training quantization: a float model to a QDQ int8 model",
+        description="Quantize MODEL into a QDQ ONNX model (opset 13 or later): "
+        "QuantizeLinear/DequantizeLinear pairs on the activations into and out of each "
+        "Conv, MatMul, Gemm and Add (after a Relu or Clip that follows one), int8 weights "
+        "with one scale per output channel, int32 biases with scale input_scale * "
+        "weight_scale. Batch normalizations after a Conv are folded into it first. The "
+        "float model runs on the --calib inputs (in ONNX Runtime when installed, else "
+        "onnx's reference evaluator) to find each activation's range. OUTPUT is written "
+        "whole (temporary file, then rename) after every check passed; it is never the "
+        "input model, and an existing file is replaced only if `packager quantize` wrote it.",
+        epilog=QUANTIZE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    q.add_argument("model", metavar="MODEL.onnx")
+    q.add_argument("-o", "--output", required=True, metavar="OUTPUT.onnx", help="the QDQ model")
+    q.add_argument(
+        "--calib",
+        required=True,
+        metavar="DIR|random:N",
+        help="directory of .npy inputs (layout below), or random:N for N random inputs "
+        "(standard normal; only for testing: the ranges fit no real data)",
+    )
+    q.add_argument(
+        "--method",
+        choices=("minmax", "percentile", "entropy"),
+        default="minmax",
+        help="activation ranges: minmax (the observed min and max; default), percentile "
+        "(clip |x| at --percentile), entropy (the threshold minimising the KL divergence "
+        "between the |x| histogram and its quantized form)",
+    )
+    q.add_argument(
+        "--percentile",
+        type=float,
+        default=99.99,
+        metavar="P",
+        help="with --method percentile: the share of |x| kept unclipped, in %% (default 99.99)",
+    )
+    q.add_argument(
+        "--activations",
+        choices=("uint8", "int8"),
+        default="uint8",
+        help="uint8: asymmetric, a zero point per tensor (default); int8: symmetric, zero point 0",
+    )
+    q.set_defaults(fn=cmd_quantize)
 
 
 class Interrupted(KeyboardInterrupt):

@@ -214,3 +214,33 @@ def temp_file_beside(dest: Path) -> Iterator[Path]:
 def write_bytes_atomic(dest: Path, data: bytes) -> None:
     with temp_file_beside(Path(dest)) as tmp:
         tmp.write_bytes(data)
+
+
+QUANTIZED_MARKER = "packager.quantize"  # metadata_props key of every model `quantize` wrote
+
+
+def check_quantized_output(path: str | os.PathLike, model: str, option: str = "-o") -> Path:
+    """A QDQ model to (re)write: missing, empty, or a model `packager quantize` wrote (its
+    metadata has QUANTIZED_MARKER); never the input model itself."""
+    p = check_output_file(path, option)
+    if p.exists() and p.resolve() == Path(model).resolve():
+        raise PackagerError(
+            f"{option} {path}: is the input model itself; refusing to overwrite it; give a new "
+            f"file name (e.g. {Path(model).stem}.int8.onnx)"
+        )
+    if p.exists() and p.stat().st_size and not _is_quantized_model(p):
+        raise PackagerError(
+            f"{option} {path}: exists and is not a model written by `packager quantize`; "
+            f"refusing to overwrite it; give a new file name"
+        )
+    return p
+
+
+def _is_quantized_model(path: Path) -> bool:
+    import onnx  # only this check needs it; the module stays light for the other commands
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # any parse failure means: not ours
+        return False
+    return any(p.key == QUANTIZED_MARKER for p in model.metadata_props)
