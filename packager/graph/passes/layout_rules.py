@@ -26,37 +26,51 @@ def _conv(rw: Rewriter, node: Node) -> Node | None:
         return None
     if bias is not None and not bias.is_const:
         return None
-    b, groups = rw.block, int(node.attrs.get("groups", 1))
+    groups = int(node.attrs.get("groups", 1))
     oc, cg = w.shape[:2]
     depthwise = groups > 1 and cg == 1 and oc == groups
-    if groups > 1 and not depthwise and (cg % b or (oc // groups) % b):
-        return None  # a group would split a block
     # Input channels that do not fill blocks (the RGB of a first conv): read NCHW.
-    direct = groups == 1 and not rw.is_blocked(x.name) and cg % b != 0
-    data = x.name if direct else rw.as_blocked(x.name)
-    if data is None:
+    direct = groups == 1 and not rw.is_blocked(x.name) and rw.block_for(cg) is None
+    if direct:
+        x_block = 1
+    elif rw.is_blocked(x.name):
+        x_block = rw.block_of(x.name)
+    else:
+        x_block = rw.block_for(x.shape[1])  # to be transformed in
+    if x_block is None:
         return None
-    in_block = 1 if direct or depthwise else b
-    packed = pack_conv_weight(w.data, in_block, b)
-    inputs = [data, rw.const(w.name, f"oihw{in_block}i{b}o", packed)]
+    # A depthwise conv's output block is its input's; any other picks its own, so the
+    # block changes inside a conv (which reads x_block lanes, writes y) and never
+    # needs a transform of its own.
+    y = x_block if depthwise else rw.block_for(oc // groups)
+    if y is None or (groups > 1 and not depthwise and cg % x_block):
+        return None  # a group would split a block
+    data = x.name if direct else rw.as_blocked(x.name, x_block)
+    in_block = 1 if depthwise else x_block
+    packed = pack_conv_weight(w.data, in_block, y)
+    inputs = [data, rw.const(w.name, f"oihw{in_block}i{y}o", packed)]
     if bias is not None:
-        inputs.append(rw.const(bias.name, f"{b}o", pack_channels(bias.data, b)))
-    return _like(node, "conv2d_nchwc", inputs, rw)
+        inputs.append(rw.const(bias.name, f"{y}o", pack_channels(bias.data, y)))
+    return _like(node, "conv2d_nchwc", inputs, rw, y)
 
 
 def _elementwise(rw: Rewriter, node: Node) -> Node | None:
     if not rw.is_blocked(node.inputs[0]):
         return None
-    return _like(node, node.op, [rw.blocked[node.inputs[0]]], rw)
+    return _like(node, node.op, [rw.blocked[node.inputs[0]]], rw, rw.block_of(node.inputs[0]))
 
 
 def _broadcast(rw: Rewriter, node: Node) -> Node | None:
-    if not any(rw.is_blocked(i) for i in node.inputs):
+    """The blocked inputs must share a block; a mismatch runs in NCHW (convs choose
+    their blocks by channel count, so tensors added together rarely differ)."""
+    blocks = {rw.block_of(i) for i in node.inputs if rw.is_blocked(i)}
+    if len(blocks) != 1:
         return None
+    (b,) = blocks
     channels = rw.value(node.outputs[0]).shape[1]
-    if not all(rw.operand_fits(i, channels) for i in node.inputs):
+    if not all(rw.operand_fits(i, channels, b) for i in node.inputs):
         return None
-    return _like(node, node.op, [rw.operand(i, channels) for i in node.inputs], rw)
+    return _like(node, node.op, [rw.operand(i, channels, b) for i in node.inputs], rw, b)
 
 
 def _per_channel(rw: Rewriter, node: Node) -> Node | None:
@@ -65,37 +79,42 @@ def _per_channel(rw: Rewriter, node: Node) -> Node | None:
     values = [rw.value(p) for p in params]
     if not rw.is_blocked(x) or not all(v.is_const and len(v.shape) == 1 for v in values):
         return None
+    b = rw.block_of(x)
     packed = [
-        rw.const(p, f"{rw.block}c", pack_channels(v.data, rw.block))
-        for p, v in zip(params, values, strict=True)
+        rw.const(p, f"{b}c", pack_channels(v.data, b)) for p, v in zip(params, values, strict=True)
     ]
-    return _like(node, node.op, [rw.blocked[x], *packed], rw)
+    return _like(node, node.op, [rw.blocked[x], *packed], rw, b)
 
 
 def _pool(rw: Rewriter, node: Node) -> Node | None:
     if not rw.is_blocked(node.inputs[0]) or len(node.attrs["kernel"]) != 2:
         return None
-    return _like(node, f"{node.op}_nchwc", [rw.blocked[node.inputs[0]]], rw)
+    x = node.inputs[0]
+    return _like(node, f"{node.op}_nchwc", [rw.blocked[x]], rw, rw.block_of(x))
 
 
 def _global_reduce(rw: Rewriter, node: Node) -> Node | None:
     """A reduction over H and W keeping dims (global pooling) reduces the same axes of
     the blocked form and leaves a blocked (N, C/x, 1, 1, x)."""
     spatial = sorted(node.attrs.get("axes") or []) == [2, 3]
-    if not rw.is_blocked(node.inputs[0]) or not spatial or not node.attrs.get("keepdims", 1):
+    x = node.inputs[0]
+    if not rw.is_blocked(x) or not spatial or not node.attrs.get("keepdims", 1):
         return None
-    return _like(node, node.op, [rw.blocked[node.inputs[0]]], rw)
+    return _like(node, node.op, [rw.blocked[x]], rw, rw.block_of(x))
 
 
 def _concat(rw: Rewriter, node: Node) -> Node | None:
-    """Along channels, when every part is blocked already (or a constant of whole
-    blocks): a plain part means a transform, and the concat may as well run in NCHW."""
-    if node.attrs.get("axis") not in (1, -3) or not any(rw.is_blocked(i) for i in node.inputs):
+    """Along channels, when every part is blocked already with one block (or a constant
+    of whole blocks): a plain part means a transform, and the concat may as well run in
+    NCHW."""
+    blocks = {rw.block_of(i) for i in node.inputs if rw.is_blocked(i)}
+    if node.attrs.get("axis") not in (1, -3) or len(blocks) != 1:
         return None
+    (b,) = blocks
     parts = [(i, rw.value(i)) for i in node.inputs]
-    if not all(rw.is_blocked(i) or (v.is_const and rw.blockable(i)) for i, v in parts):
+    if not all(rw.is_blocked(i) or (v.is_const and rw.blockable(i, b)) for i, v in parts):
         return None
-    return _like(node, "concat", [rw.as_blocked(i) for i in node.inputs], rw, axis=1)
+    return _like(node, "concat", [rw.as_blocked(i, b) for i in node.inputs], rw, b, axis=1)
 
 
 def _pad(rw: Rewriter, node: Node) -> Node | None:
@@ -108,14 +127,15 @@ def _pad(rw: Rewriter, node: Node) -> Node | None:
     ):
         return None
     blocked_pads = [0, 0, pads[2], pads[3], 0, 0, 0, pads[6], pads[7], 0]
-    return _like(node, "pad", [rw.blocked[node.inputs[0]]], rw, pads=blocked_pads)
+    x = node.inputs[0]
+    return _like(node, "pad", [rw.blocked[x]], rw, rw.block_of(x), pads=blocked_pads)
 
 
-def _like(node: Node, op: str, inputs: list[str], rw: Rewriter, **attrs) -> Node:
-    """``node`` as ``op`` on ``inputs``, its output the blocked form of its own."""
-    return Node(
-        op, node.name, inputs, [rw.out(node.outputs[0])], {**node.attrs, **attrs}, node.source
-    )
+def _like(node: Node, op: str, inputs: list[str], rw: Rewriter, block: int, **attrs) -> Node:
+    """``node`` as ``op`` on ``inputs``, its output the blocked form of its own with
+    ``block`` channels a block."""
+    out = rw.out(node.outputs[0], block)
+    return Node(op, node.name, inputs, [out], {**node.attrs, **attrs}, node.source)
 
 
 RULES: dict[str, Callable] = {
