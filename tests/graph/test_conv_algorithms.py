@@ -3,6 +3,8 @@ networks built with each algorithm against ONNX Runtime."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import networks
 import numpy as np
 import onnx
@@ -40,7 +42,8 @@ def _conv_model(c=16, oc=16, hw=12, k=3, stride=1, group=1, dilation=1):
 
 
 def _convs(model):
-    graph, _ = prepare_graph(model, load_board("host"))
+    # 8 float lanes whatever this machine has: the packed shapes below are blocks of 8
+    graph, _ = prepare_graph(model, replace(load_board("host"), vector_bits=256))
     return graph, [n for n in graph.nodes if n.op in ("fused", "conv2d_nchwc")]
 
 
