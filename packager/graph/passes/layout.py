@@ -12,7 +12,7 @@ names of their own.
 Choices (the knobs are PassContext.layout_block and disabling "layout"):
 - Each conv picks its output block: the board's lanes when its output channels are whole
   blocks of them, else half of that, and so on down to 4 (MIN_BLOCK in
-  layout_rewriter.py). At 16 lanes, MobileNet's 24- and 40-channel layers run in
+  layout_rewriter.py). At 16 lanes, MobileNetV2's 24-channel layers run in
   NCHW8c, at half vectors, next to 16-channel blocks elsewhere. A conv reads one block
   and writes another, so the block changes without a transform; the ops that follow a
   conv keep its block (depthwise convs included), and ops joining tensors of different
