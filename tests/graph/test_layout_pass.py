@@ -228,14 +228,33 @@ def test_blocks_down_to_four_lanes():
     check_numbers(model, g)
 
 
-def test_concat_of_different_blocks_runs_in_nchw():
+def test_convs_feeding_a_concat_share_its_block():
+    """Parts of 16 and 24 channels at 16 lanes: both convs write blocks of 8 (the 16 one
+    through a relu), so the concat runs blocked; the third conv, after it, takes 16."""
     n = Net((1, 16, 6, 6))
-    a, b = n.conv("x", 16, 16), n.conv("x", 16, 24)  # blocks of 16 and 8 at 16 lanes
-    model = n.graph(n.op("Concat", [a, b], axis=1))
+    a, b = n.op("Relu", [n.conv("x", 16, 16)]), n.conv("x", 16, 24)
+    model = n.graph(n.conv(n.op("Concat", [a, b], axis=1), 40, 32, k=1))
     g = run_pass(model, board=BOARD_512)
-    assert conv_blocks(g) == [16, 8]
+    assert conv_blocks(g) == [8, 8, 16]
     (cat,) = [n for n in g.nodes if n.op == "concat"]
-    assert len(g.values[cat.outputs[0]].shape) == 4
+    assert g.values[cat.outputs[0]].shape[-1] == 8
+    assert ops(g)["layout_transform"] == 2  # the input and the output only
+    check_numbers(model, g)
+
+
+def test_add_of_different_blocks_runs_in_nchw():
+    """A depthwise conv keeps its input's block (16), its neighbour picks 8 by the
+    concat after it; the add joining them runs in NCHW."""
+    n = Net((1, 32, 6, 6))
+    a = n.conv("x", 32, 32, group=32)
+    b = n.conv("x", 32, 32)
+    c = n.conv("x", 32, 8)
+    cat = n.op("Concat", [b, c], axis=1)
+    model = n.graph(n.op("Add", [a, b]), cat)
+    g = run_pass(model, board=BOARD_512)
+    assert conv_blocks(g) == [16, 8, 8]
+    (add,) = [n for n in g.nodes if n.op == "add"]
+    assert len(g.values[add.outputs[0]].shape) == 4
     check_numbers(model, g)
 
 

@@ -15,8 +15,9 @@ Choices (the knobs are PassContext.layout_block and disabling "layout"):
   layout_rewriter.py). At 16 lanes, MobileNetV2's 24-channel layers run in
   NCHW8c, at half vectors, next to 16-channel blocks elsewhere. A conv reads one block
   and writes another, so the block changes without a transform; the ops that follow a
-  conv keep its block (depthwise convs included), and ops joining tensors of different
-  blocks (rare: convs pick by channel count) run in NCHW.
+  conv keep its block (depthwise convs included). The convs that feed a channel concat
+  take a block all its parts can share (concat_caps in layout_rules.py); other ops
+  joining tensors of different blocks (rare: convs pick by channel count) run in NCHW.
 - A conv whose output channels fit no block stays in NCHW rather
   than running on zero-padded channels: padding would have to be undone before every
   per-channel operand, concat and output, for convs that are rare in practice.
@@ -34,7 +35,7 @@ from ...target import Target
 from ..ir import Graph
 from .layout_cost import poor_regions
 from .layout_rewriter import Rewriter
-from .layout_rules import rule_for
+from .layout_rules import concat_caps, rule_for
 
 LANE_BITS = 32  # float32 lanes
 
@@ -60,8 +61,9 @@ def layout_pass(graph: Graph, ctx) -> Graph:
     # Regions that do not pay for their transforms go back to NCHW, conv by conv; that
     # can only add transforms to their neighbours, so this ends.
     keep_nchw: set[str] = set()
+    caps = concat_caps(graph, lanes)
     while True:
-        rw = Rewriter(graph, lanes, keep_nchw, rule_for)
+        rw = Rewriter(graph, lanes, keep_nchw, rule_for, caps)
         out = rw.run()
         poor = {
             rw.origin[c] for convs in poor_regions(out, set(rw.blocked.values())) for c in convs

@@ -19,6 +19,18 @@ from .layout_pack import blocked_shape, pack_operand
 # blocks by its own). Smaller blocks would leave most of a vector idle.
 MIN_BLOCK = 4
 
+
+def fitting_block(channels: int, lanes: int) -> int | None:
+    """The largest block that splits ``channels`` into whole blocks: a full vector of
+    ``lanes``, else half of one and so on down to MIN_BLOCK lanes; None if none does."""
+    b = lanes
+    while b >= min(MIN_BLOCK, lanes):
+        if channels % b == 0:
+            return b
+        b //= 2
+    return None
+
+
 RuleLookup = Callable[[str], "Callable[[Rewriter, Node], Node | None] | None"]
 
 
@@ -26,12 +38,20 @@ class Rewriter:
     """Walks the nodes in order, emitting each either blocked (by its rule) or as it
     was, with layout_transform nodes where a value's form does not fit its consumer."""
 
-    def __init__(self, graph: Graph, lanes: int, keep_nchw: set[str], rule_for: RuleLookup):
+    def __init__(
+        self,
+        graph: Graph,
+        lanes: int,
+        keep_nchw: set[str],
+        rule_for: RuleLookup,
+        caps: dict[str, int] | None = None,
+    ):
         # Values are copied: new ones are added and dead ones dropped.
         self.g = replace(graph, values=dict(graph.values))
         self.lanes = lanes  # the largest block: one full vector
         self.keep_nchw = keep_nchw  # outputs of convs to leave in NCHW
         self.rule_for = rule_for
+        self.caps = caps or {}  # value -> the largest block its consumers can share
         self.nodes: list[Node] = []
         self.blocked: dict[str, str] = {}  # NCHW name -> name of its blocked form
         self.origin: dict[str, str] = {}  # and back
@@ -64,14 +84,7 @@ class Rewriter:
         return self.g.values[name]
 
     def block_for(self, channels: int) -> int | None:
-        """The largest block that splits ``channels`` into whole blocks: a full vector,
-        else half of one and so on down to MIN_BLOCK lanes; None if none does."""
-        b = self.lanes
-        while b >= min(MIN_BLOCK, self.lanes):
-            if channels % b == 0:
-                return b
-            b //= 2
-        return None
+        return fitting_block(channels, self.lanes)
 
     def blockable(self, name: str, block: int | None = None) -> bool:
         """Whether ``name`` has a blocked form (with ``block``, or with any block)."""

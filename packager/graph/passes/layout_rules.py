@@ -7,14 +7,15 @@ emit instead. Rules run only for nodes with one float32 4-D output of whole bloc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from ...ops.binary import BINARY, VARIADIC
 from ...ops.reduce import REDUCERS
 from ...ops.registry import get_op
-from ..ir import Node
+from ..ir import Graph, Node
 from .layout_pack import pack_channels, pack_conv_weight
-from .layout_rewriter import Rewriter
+from .layout_rewriter import Rewriter, fitting_block
 
 
 def _conv(rw: Rewriter, node: Node) -> Node | None:
@@ -43,6 +44,8 @@ def _conv(rw: Rewriter, node: Node) -> Node | None:
     # block changes inside a conv (which reads x_block lanes, writes y) and never
     # needs a transform of its own.
     y = x_block if depthwise else rw.block_for(oc // groups)
+    if y is not None and not depthwise and node.outputs[0] in rw.caps:
+        y = min(y, rw.caps[node.outputs[0]])  # to share a block with a concat's other parts
     if y is None or (groups > 1 and not depthwise and cg % x_block):
         return None  # a group would split a block
     data = x.name if direct else rw.as_blocked(x.name, x_block)
@@ -151,6 +154,43 @@ RULES: dict[str, Callable] = {
     **{op: _broadcast for op in (*BINARY, *VARIADIC)},
     **{op: _global_reduce for op in REDUCERS},
 }
+
+
+# Rules whose output keeps the block of input 0, which a concat's block cap goes through.
+_FOLLOWERS = (_elementwise, _per_channel, _pool, _pad)
+
+
+def concat_caps(graph: Graph, lanes: int) -> dict[str, int]:
+    """For each value that reaches a channel concat (through ops that keep its block),
+    the largest block every part of that concat can have: the convs that make the parts
+    pick it, so the concat runs blocked (parts of 16 and 24 channels at 16 lanes: all
+    in blocks of 8) rather than in NCHW between transforms."""
+    producer = {o: n for n in graph.nodes for o in n.outputs}
+    caps: dict[str, int] = {}
+
+    def cap(value: str, block: int) -> None:
+        while value in producer:
+            caps[value] = min(caps.get(value, block), block)
+            node = producer[value]
+            if node.op == "concat":
+                for part in node.inputs:
+                    cap(part, block)
+                return
+            if rule_for(node.op) not in _FOLLOWERS or not node.inputs:
+                return
+            value = node.inputs[0]
+
+    for node in reversed(graph.nodes):
+        shapes = [graph.values[i].shape for i in node.inputs]
+        if node.op != "concat" or node.attrs.get("axis") not in (1, -3):
+            continue
+        if not all(len(s) == 4 for s in shapes):
+            continue
+        block = fitting_block(math.gcd(*(s[1] for s in shapes)), lanes)
+        if block is not None:
+            for part in node.inputs:
+                cap(part, block)
+    return caps
 
 
 def rule_for(op: str) -> Callable | None:
