@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import te
-from ..te.schedule import default_schedule
+from ..te.schedule import default_schedule, fitting_lanes
 from ._cpu import epilogue_stage, fallback, lanes_of
 from .registry import ScheduleContext, register_op, register_schedule
 
@@ -163,8 +163,10 @@ def _dense_cpu(ctx: ScheduleContext) -> te.Schedule:
     whole k loop (k outside the block, lanes innermost), then the fused epilogue (bias,
     activation, residual) runs on the tile before it is stored; parallel over tiles."""
     acc = _product(ctx.anchor)
-    lanes = lanes_of(ctx, acc)
     m, n = acc.shape if acc.ndim == 2 else (0, 0)
+    # half vectors where full ones do not cover the columns (1000 classes at 16 lanes),
+    # and no wider than a packed B's column block, whose lanes are contiguous
+    lanes = fitting_lanes(n, min(lanes_of(ctx, acc), acc.op.attrs.get("b_block") or 1 << 30))
     if not acc.op.reduce_axis or acc.ndim != 2 or lanes < 2 or n % lanes:
         return fallback(ctx)
     sch = default_schedule(ctx.outs)

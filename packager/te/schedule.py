@@ -308,12 +308,26 @@ def vector_lanes(dtype: str, target: CpuTarget) -> int:
     return target.vector_bits // bits if bits else 0
 
 
+def fitting_lanes(extent: int, lanes: int) -> int:
+    """The widest vector of at most ``lanes`` that whole covers ``extent``: ``lanes``,
+    else half of it and so on down to 2 (0: none). A 1000-wide axis at 16 lanes runs
+    in vectors of 8 rather than in scalar code."""
+    while lanes >= 2:
+        if extent % lanes == 0:
+            return lanes
+        lanes //= 2
+    return 0
+
+
 def vectorize_innermost(st: Stage, target: CpuTarget) -> IterVar | None:
     """Vectorize the stage's innermost data axis (its store is contiguous along it)
-    when whole vectors cover it; returns the vector loop. A body the codegen cannot
-    vectorize (strided or non-arithmetic reads) falls back to a scalar loop."""
-    lanes = vector_lanes(st.tensor.dtype, target)
+    when whole vectors cover it (half vectors and so on when full ones do not); returns
+    the vector loop. A body the codegen cannot vectorize (strided or non-arithmetic
+    reads) falls back to a scalar loop."""
     iv = st.leaf_iter_vars[-1]
+    lanes = vector_lanes(st.tensor.dtype, target)
+    if iv.extent > lanes:
+        lanes = fitting_lanes(iv.extent, lanes)
     if lanes < 2 or iv.kind != "data":
         return None
     if iv.extent == lanes or (iv.extent < lanes and iv.extent in (2, 4, 8, 16)):

@@ -16,6 +16,7 @@ from packager.boards import load_board
 from packager.frontend.importer import import_onnx
 from packager.graph.passes.layout import layout_pass
 from packager.graph.pipeline import PassContext
+from packager.target import Target
 
 from ..ops.onnx_check import run_graph
 
@@ -54,7 +55,14 @@ class Net:
         return model
 
 
+# The structural tests build for 8 float lanes whatever this machine has; the other
+# widths are tested by name below.
+BOARD_256 = replace(load_board("host"), vector_bits=256)
+BOARD_512 = replace(load_board("host"), vector_bits=512)
+
+
 def run_pass(model, **ctx):
+    ctx.setdefault("board", BOARD_256)
     return layout_pass(import_onnx("test.onnx", model=model), PassContext(**ctx))
 
 
@@ -154,8 +162,9 @@ def test_concat_with_a_part_of_odd_channels_runs_in_nchw():
 
 def test_odd_output_channels_and_split_groups_stay_nchw():
     n = Net((1, 16, 6, 6))
-    y = n.conv("x", 16, 12)  # 12 output channels: not whole blocks of 8
-    model = n.graph(n.conv(y, 12, 12, group=3))
+    y = n.conv("x", 16, 6)  # 6 output channels: not whole blocks of 4 or more
+    z = n.conv("x", 16, 16, group=8)  # groups of 2 channels would split a block of 4
+    model = n.graph(y, z)
     g = run_pass(model)
     assert ops(g) == Counter(conv=2)
 
@@ -179,17 +188,89 @@ def test_depthwise_and_grouped_chain_is_blocked():
     check_numbers(model, g)
 
 
+def inverted_residual_model():
+    """MobileNetV2's block at channel counts that are multiples of 8, not of 16: 24 in
+    and out, expanded to 144, then a 1x1 conv to 40."""
+    n = Net((1, 3, 8, 8))
+    x = n.conv("x", 3, 24)
+    y = n.op("Clip", [n.conv(x, 24, 144, k=1), n.const(0.0), n.const(6.0)])
+    y = n.op("Clip", [n.conv(y, 144, 144, group=144), n.const(0.0), n.const(6.0)])
+    y = n.op("Add", [x, n.conv(y, 144, 24, k=1)])
+    return n.graph(n.conv(y, 24, 40, k=1))
+
+
+def conv_blocks(g) -> list[int]:
+    return [g.values[n.outputs[0]].shape[-1] for n in g.nodes if n.op == "conv2d_nchwc"]
+
+
+@pytest.mark.parametrize(
+    "board, blocks", [(BOARD_256, [8, 8, 8, 8, 8]), (BOARD_512, [8, 16, 16, 8, 8])]
+)
+def test_each_conv_picks_the_largest_block_of_its_channels(board, blocks):
+    """At 16 lanes the 24- and 40-channel convs run in blocks of 8 and the 144-channel
+    ones in 16: the block changes inside the convs, with no transform and no conv left
+    in NCHW (the graph output's transform is the only one)."""
+    model = inverted_residual_model()
+    g = run_pass(model, board=board)
+    assert ops(g) == Counter(conv2d_nchwc=5, clip=2, add=1, layout_transform=1)
+    assert conv_blocks(g) == blocks
+    (dw,) = [n for n in g.nodes if n.op == "conv2d_nchwc" and n.attrs.get("groups") == 144]
+    assert g.values[dw.inputs[1]].shape[-2:] == (1, blocks[1])  # reads its input's block
+    check_numbers(model, g)
+
+
+def test_blocks_down_to_four_lanes():
+    """12 and 20 channels (multiples of 4 only) at 16 lanes: blocks of 4."""
+    n = Net((1, 12, 6, 6))
+    model = n.graph(n.conv(n.op("Relu", [n.conv("x", 12, 20)]), 20, 12))
+    g = run_pass(model, board=BOARD_512)
+    assert conv_blocks(g) == [4, 4] and ops(g)["layout_transform"] == 2  # in and out
+    check_numbers(model, g)
+
+
+def test_convs_feeding_a_concat_share_its_block():
+    """Parts of 16 and 24 channels at 16 lanes: both convs write blocks of 8 (the 16 one
+    through a relu), so the concat runs blocked; the third conv, after it, takes 16."""
+    n = Net((1, 16, 6, 6))
+    a, b = n.op("Relu", [n.conv("x", 16, 16)]), n.conv("x", 16, 24)
+    model = n.graph(n.conv(n.op("Concat", [a, b], axis=1), 40, 32, k=1))
+    g = run_pass(model, board=BOARD_512)
+    assert conv_blocks(g) == [8, 8, 16]
+    (cat,) = [n for n in g.nodes if n.op == "concat"]
+    assert g.values[cat.outputs[0]].shape[-1] == 8
+    assert ops(g)["layout_transform"] == 2  # the input and the output only
+    check_numbers(model, g)
+
+
+def test_add_of_different_blocks_runs_in_nchw():
+    """A depthwise conv keeps its input's block (16), its neighbour picks 8 by the
+    concat after it; the add joining them runs in NCHW."""
+    n = Net((1, 32, 6, 6))
+    a = n.conv("x", 32, 32, group=32)
+    b = n.conv("x", 32, 32)
+    c = n.conv("x", 32, 8)
+    cat = n.op("Concat", [b, c], axis=1)
+    model = n.graph(n.op("Add", [a, b]), cat)
+    g = run_pass(model, board=BOARD_512)
+    assert conv_blocks(g) == [16, 8, 8]
+    (add,) = [n for n in g.nodes if n.op == "add"]
+    assert len(g.values[add.outputs[0]].shape) == 4
+    check_numbers(model, g)
+
+
 @pytest.mark.parametrize(
     "ctx, block",
     [
-        ({}, 8),  # no board: the host profile (256-bit vectors)
+        ({"board": None}, "host"),  # no board: the host profile (this machine's lanes)
         ({"board": replace(load_board("host"), vector_bits=128)}, 4),
-        ({"board": replace(load_board("host"), vector_bits=512)}, 16),
+        ({"board": BOARD_512}, 16),
         ({"layout_block": 4}, 4),
         ({"layout_block": 0}, None),
     ],
 )
 def test_block_size_knobs(ctx, block):
+    if block == "host":
+        block = Target.cpu(load_board("host")).vector_bits // 32
     g = run_pass(head_model(), **ctx)
     convs = [n for n in g.nodes if n.op == "conv2d_nchwc"]
     if block is None:
@@ -205,9 +286,10 @@ def test_disabled_by_name():
     assert not any(n.op in ("conv2d_nchwc", "layout_transform") for n in g.nodes)
 
 
-@pytest.mark.parametrize("vector_bits", [128, 512])
+@pytest.mark.parametrize("vector_bits", [128, 256, 512])
 def test_networks_match_onnxruntime_at_other_vector_widths(vector_bits, tmp_path):
-    """Blocks of 4 (NEON) and 16 (AVX-512) through the real path: C kernels, runtime."""
+    """Blocks of 4 (NEON), 8 (AVX2) and 16 with 8 where channels are not multiples of 16
+    (AVX-512) through the real path: C kernels, runtime. Every conv is blocked."""
     import dataclasses
     import subprocess
 
@@ -224,7 +306,10 @@ def test_networks_match_onnxruntime_at_other_vector_widths(vector_bits, tmp_path
     board = dataclasses.replace(load_board("host"), vector_bits=vector_bits)
     compiled = compile_model(model, board)
     packed = [v.shape for v in compiled.graph.consts() if len(v.shape) == 6]
-    assert packed and all(s[-1] == vector_bits // 32 for s in packed)
+    # output blocks: a full vector where the channels allow, smaller ones elsewhere
+    assert packed and max(s[-1] for s in packed) == vector_bits // 32
+    assert all(s[-1] <= vector_bits // 32 for s in packed)
+    assert len(packed) == sum(n.op_type == "Conv" for n in model.graph.node)
     write_bundle_files(tmp_path, compiled, {}, None)
     x = np.random.default_rng(0).uniform(-1, 1, (1, 3, 32, 32)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)

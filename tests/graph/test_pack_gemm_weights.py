@@ -82,6 +82,17 @@ def test_columns_not_a_multiple_of_the_block_are_only_transposed():
     np.testing.assert_array_equal(g.values[node.inputs[1]].data, b.T)
 
 
+def test_columns_of_half_vectors_are_packed_in_half_blocks():
+    """24 columns at 16 lanes (AVX-512): blocks of 8, not a plain transpose."""
+    model, b = gemm_model(b_const=True, n=24)
+    g = pack_gemm_weights(import_onnx("m", None, model=model), _ctx(vector_bits=512))
+    (node,) = g.nodes
+    assert node.attrs["b_block"] == 8
+    packed = g.values[node.inputs[1]].data
+    assert packed.shape == (3, 32, 8)
+    np.testing.assert_array_equal(packed[2, :, 5], b[21])  # trans_b: B is (N, K)
+
+
 def test_shared_weights_are_packed_once():
     model, _ = gemm_model(b_const=True)
     second = helper.make_node("Gemm", ["a", "b", "c"], ["z"], transB=1)

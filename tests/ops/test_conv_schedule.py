@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from packager import te
-from packager.codegen import build_kernel
+from packager.codegen import build_kernel, codegen_c
 from packager.lowering import schedule_for
 from packager.ops.conv_schedule import default_tile
 from packager.ops.knobs import Config
@@ -108,3 +108,33 @@ def test_conv_without_epilogue_accumulates_in_its_output():
     for knobs in ({}, {"tile_oc": 1, "tile_ow": 3, "parallel": "none"}):
         got, want = run_group([data, weight], conv, ("conv2d_nchwc", attrs, conv), knobs)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "c, oc, x_block, y_block, groups",
+    [
+        (24, 32, 8, 16, 1),  # a conv that changes the block: reads 8 lanes, writes 16
+        (32, 24, 16, 8, 1),
+        (24, 24, 8, 8, 24),  # depthwise in half vectors
+        (12, 20, 4, 4, 1),
+    ],
+)
+def test_blocks_below_the_vector_width(c, oc, x_block, y_block, groups):
+    """At 16 lanes (AVX-512) a block of 8 or 4 runs in vectors of its own width."""
+    data = te.placeholder((1, c // x_block, 7, 9, x_block), "float32", "in0")
+    w_block = 1 if groups > 1 else x_block
+    shape = (oc // y_block, c // groups // w_block, 3, 3, w_block, y_block)
+    weight = te.placeholder(shape, "float32", "in1")
+    attrs = {"groups": groups, "strides": [1, 1], "pads": [1] * 4}
+    conv = get_op("conv2d_nchwc").compute([data, weight], attrs)[0]
+    target = CpuTarget(vector_bits=512, cores=2)
+    sch = schedule_for([conv], ("conv2d_nchwc", attrs, conv), target)
+    func = te.lower(sch, [data, weight, conv], "k")
+    rng = np.random.default_rng(0)
+    ins = [rng.standard_normal(a.shape).astype(np.float32) for a in (data, weight)]
+    got = np.empty(conv.shape, np.float32)
+    build_kernel(func)(*ins, got)
+    (want,) = evaluate([conv], dict(zip((data, weight), ins, strict=True)))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    src = codegen_c(func)
+    assert f"pk_f32x{y_block}" in src  # vectors of the block, not scalar code

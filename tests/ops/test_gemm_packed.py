@@ -79,3 +79,16 @@ def test_packed_b_must_match_block():
     b = te.placeholder((2, 8, 4), "float32", "b")
     with pytest.raises(ValueError, match="b_block"):
         get_op("gemm").compute([a, b], {"b_block": 8})
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_columns_of_half_vectors_run_in_half_vectors(packed):
+    """1000 columns at 16 lanes (AVX-512) are not whole vectors of 16: vectors of 8,
+    not scalar code, packed or not."""
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((1, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 1000)).astype(np.float32)
+    attrs, bb = ({"b_block": 8}, pack_b(b, False, 8)) if packed else ({}, b)
+    out, src = _run(attrs, [a, bb], target=CpuTarget(vector_bits=512, cores=1))
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+    assert "pk_f32x8" in src and "pk_f32x16" not in src

@@ -15,6 +15,22 @@ from ..ir import Graph, Node, Value
 from .layout_pack import blocked_shape, pack_operand
 
 # op name -> its rule (rewriter, node) -> the blocked node, or None to keep the node as it is
+# The smallest channel block: 4 float lanes, a 128-bit vector (a target with fewer lanes
+# blocks by its own). Smaller blocks would leave most of a vector idle.
+MIN_BLOCK = 4
+
+
+def fitting_block(channels: int, lanes: int) -> int | None:
+    """The largest block that splits ``channels`` into whole blocks: a full vector of
+    ``lanes``, else half of one and so on down to MIN_BLOCK lanes; None if none does."""
+    b = lanes
+    while b >= min(MIN_BLOCK, lanes):
+        if channels % b == 0:
+            return b
+        b //= 2
+    return None
+
+
 RuleLookup = Callable[[str], "Callable[[Rewriter, Node], Node | None] | None"]
 
 
@@ -22,13 +38,20 @@ class Rewriter:
     """Walks the nodes in order, emitting each either blocked (by its rule) or as it
     was, with layout_transform nodes where a value's form does not fit its consumer."""
 
-    def __init__(self, graph: Graph, block: int, keep_nchw: set[str], rule_for: RuleLookup):
+    def __init__(
+        self,
+        graph: Graph,
+        lanes: int,
+        keep_nchw: set[str],
+        rule_for: RuleLookup,
+        caps: dict[str, int] | None = None,
+    ):
         # Values are copied: new ones are added and dead ones dropped.
         self.g = replace(graph, values=dict(graph.values))
-        self.block = block
+        self.lanes = lanes  # the largest block: one full vector
         self.keep_nchw = keep_nchw  # outputs of convs to leave in NCHW
         self.rule_for = rule_for
-        self.layout = blocked(block)
+        self.caps = caps or {}  # value -> the largest block its consumers can share
         self.nodes: list[Node] = []
         self.blocked: dict[str, str] = {}  # NCHW name -> name of its blocked form
         self.origin: dict[str, str] = {}  # and back
@@ -60,18 +83,28 @@ class Rewriter:
     def value(self, name: str) -> Value:
         return self.g.values[name]
 
-    def blockable(self, name: str) -> bool:
+    def block_for(self, channels: int) -> int | None:
+        return fitting_block(channels, self.lanes)
+
+    def blockable(self, name: str, block: int | None = None) -> bool:
+        """Whether ``name`` has a blocked form (with ``block``, or with any block)."""
         v = self.value(name)
-        return len(v.shape) == 4 and v.dtype == "float32" and v.shape[1] % self.block == 0
+        if len(v.shape) != 4 or v.dtype != "float32":
+            return False
+        return self.block_for(v.shape[1]) is not None if block is None else v.shape[1] % block == 0
 
     def is_blocked(self, name: str) -> bool:
         return name in self.blocked
 
-    def out(self, name: str) -> str:
+    def block_of(self, name: str) -> int:
+        """The block of the blocked form of ``name`` (which has one)."""
+        return self.value(self.blocked[name]).shape[-1]
+
+    def out(self, name: str, block: int) -> str:
         """The blocked form of node output ``name``, registered as a new value."""
         v = self.value(name)
-        new = self._fresh(f"{name}__{self.layout.lower()}")
-        self.g.values[new] = Value(new, blocked_shape(v.shape, self.block), v.dtype)
+        new = self._fresh(f"{name}__{blocked(block).lower()}")
+        self.g.values[new] = Value(new, blocked_shape(v.shape, block), v.dtype)
         self.blocked[name] = new
         self.origin[new] = name
         return new
@@ -93,25 +126,27 @@ class Rewriter:
 
     # --- boundaries ---
 
-    def as_blocked(self, name: str) -> str | None:
-        """``name`` in blocked form: as is, packed (constants) or through a transform."""
+    def as_blocked(self, name: str, block: int | None = None) -> str | None:
+        """``name`` in blocked form: as is, packed (constants) or through a transform;
+        with ``block`` (default: its own, else the largest that fits) or None."""
         if name in self.blocked:
-            return self.blocked[name]
+            return self.blocked[name] if block in (None, self.block_of(name)) else None
         v = self.value(name)
-        if not self.blockable(name):
+        if not self.blockable(name, block):
             return None
+        block = block or self.block_for(v.shape[1])
         if v.is_const:
-            return self.const(
-                name, self.layout.lower(), pack_operand(v.data, v.shape[1], self.block)
-            )
-        self._transform(name, self.out(name), "NCHW", self.layout, v.shape[1])
+            layout = blocked(block).lower()
+            return self.const(name, layout, pack_operand(v.data, v.shape[1], block))
+        self._transform(name, self.out(name, block), "NCHW", blocked(block), v.shape[1])
         return self.blocked[name]
 
     def as_nchw(self, name: str) -> str:
         """``name`` in NCHW form, transformed back from its blocked form on first need."""
         if name not in self.plain:
             channels = self.value(name).shape[1]
-            self._transform(self.blocked[name], name, self.layout, "NCHW", channels)
+            layout = blocked(self.block_of(name))
+            self._transform(self.blocked[name], name, layout, "NCHW", channels)
             self.plain.add(name)
         return name
 
@@ -120,17 +155,19 @@ class Rewriter:
         name = f"layout_{dst}"
         self.nodes.append(Node("layout_transform", name, [src], [dst], attrs, source=name))
 
-    def operand_fits(self, name: str, channels: int) -> bool:
+    def operand_fits(self, name: str, channels: int, block: int) -> bool:
         """Whether ``name`` has a blocked form, with no transform, as an input of a
         broadcasting op whose output has ``channels`` channels. Only convs pull a
         tensor into the blocked layout: an add of a blocked and a plain tensor runs in
         NCHW, so that its output needs no transform for NCHW consumers either."""
         v = self.value(name)
-        if name in self.blocked or all(d == 1 for d in v.shape):
+        if name in self.blocked:
+            return self.block_of(name) == block
+        if all(d == 1 for d in v.shape):
             return True
-        return v.is_const and pack_operand(v.data, channels, self.block) is not None
+        return v.is_const and pack_operand(v.data, channels, block) is not None
 
-    def operand(self, name: str, channels: int) -> str:
+    def operand(self, name: str, channels: int, block: int) -> str:
         """An input of a broadcasting op whose output is (N, channels, H, W), in the
         form that broadcasts against the blocked output (see operand_fits)."""
         v = self.value(name)
@@ -138,8 +175,8 @@ class Rewriter:
             return self.blocked[name]
         if all(d == 1 for d in v.shape):
             return name  # scalars broadcast against any layout
-        data = pack_operand(v.data, channels, self.block)
-        return self.const(name, f"{self.layout.lower()}_operand", data)
+        data = pack_operand(v.data, channels, block)
+        return self.const(name, f"{blocked(block).lower()}_operand", data)
 
 
 def _drop_unused_values(g: Graph) -> None:

@@ -7,14 +7,15 @@ emit instead. Rules run only for nodes with one float32 4-D output of whole bloc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from ...ops.binary import BINARY, VARIADIC
 from ...ops.reduce import REDUCERS
 from ...ops.registry import get_op
-from ..ir import Node
+from ..ir import Graph, Node
 from .layout_pack import pack_channels, pack_conv_weight
-from .layout_rewriter import Rewriter
+from .layout_rewriter import Rewriter, fitting_block
 
 
 def _conv(rw: Rewriter, node: Node) -> Node | None:
@@ -26,37 +27,53 @@ def _conv(rw: Rewriter, node: Node) -> Node | None:
         return None
     if bias is not None and not bias.is_const:
         return None
-    b, groups = rw.block, int(node.attrs.get("groups", 1))
+    groups = int(node.attrs.get("groups", 1))
     oc, cg = w.shape[:2]
     depthwise = groups > 1 and cg == 1 and oc == groups
-    if groups > 1 and not depthwise and (cg % b or (oc // groups) % b):
-        return None  # a group would split a block
     # Input channels that do not fill blocks (the RGB of a first conv): read NCHW.
-    direct = groups == 1 and not rw.is_blocked(x.name) and cg % b != 0
-    data = x.name if direct else rw.as_blocked(x.name)
-    if data is None:
+    direct = groups == 1 and not rw.is_blocked(x.name) and rw.block_for(cg) is None
+    if direct:
+        x_block = 1
+    elif rw.is_blocked(x.name):
+        x_block = rw.block_of(x.name)
+    else:
+        x_block = rw.block_for(x.shape[1])  # to be transformed in
+    if x_block is None:
         return None
-    in_block = 1 if direct or depthwise else b
-    packed = pack_conv_weight(w.data, in_block, b)
-    inputs = [data, rw.const(w.name, f"oihw{in_block}i{b}o", packed)]
+    # A depthwise conv's output block is its input's; any other picks its own, so the
+    # block changes inside a conv (which reads x_block lanes, writes y) and never
+    # needs a transform of its own.
+    y = x_block if depthwise else rw.block_for(oc // groups)
+    if y is not None and not depthwise and node.outputs[0] in rw.caps:
+        y = min(y, rw.caps[node.outputs[0]])  # to share a block with a concat's other parts
+    if y is None or (groups > 1 and not depthwise and cg % x_block):
+        return None  # a group would split a block
+    data = x.name if direct else rw.as_blocked(x.name, x_block)
+    in_block = 1 if depthwise else x_block
+    packed = pack_conv_weight(w.data, in_block, y)
+    inputs = [data, rw.const(w.name, f"oihw{in_block}i{y}o", packed)]
     if bias is not None:
-        inputs.append(rw.const(bias.name, f"{b}o", pack_channels(bias.data, b)))
-    return _like(node, "conv2d_nchwc", inputs, rw)
+        inputs.append(rw.const(bias.name, f"{y}o", pack_channels(bias.data, y)))
+    return _like(node, "conv2d_nchwc", inputs, rw, y)
 
 
 def _elementwise(rw: Rewriter, node: Node) -> Node | None:
     if not rw.is_blocked(node.inputs[0]):
         return None
-    return _like(node, node.op, [rw.blocked[node.inputs[0]]], rw)
+    return _like(node, node.op, [rw.blocked[node.inputs[0]]], rw, rw.block_of(node.inputs[0]))
 
 
 def _broadcast(rw: Rewriter, node: Node) -> Node | None:
-    if not any(rw.is_blocked(i) for i in node.inputs):
+    """The blocked inputs must share a block; a mismatch runs in NCHW (convs choose
+    their blocks by channel count, so tensors added together rarely differ)."""
+    blocks = {rw.block_of(i) for i in node.inputs if rw.is_blocked(i)}
+    if len(blocks) != 1:
         return None
+    (b,) = blocks
     channels = rw.value(node.outputs[0]).shape[1]
-    if not all(rw.operand_fits(i, channels) for i in node.inputs):
+    if not all(rw.operand_fits(i, channels, b) for i in node.inputs):
         return None
-    return _like(node, node.op, [rw.operand(i, channels) for i in node.inputs], rw)
+    return _like(node, node.op, [rw.operand(i, channels, b) for i in node.inputs], rw, b)
 
 
 def _per_channel(rw: Rewriter, node: Node) -> Node | None:
@@ -65,37 +82,42 @@ def _per_channel(rw: Rewriter, node: Node) -> Node | None:
     values = [rw.value(p) for p in params]
     if not rw.is_blocked(x) or not all(v.is_const and len(v.shape) == 1 for v in values):
         return None
+    b = rw.block_of(x)
     packed = [
-        rw.const(p, f"{rw.block}c", pack_channels(v.data, rw.block))
-        for p, v in zip(params, values, strict=True)
+        rw.const(p, f"{b}c", pack_channels(v.data, b)) for p, v in zip(params, values, strict=True)
     ]
-    return _like(node, node.op, [rw.blocked[x], *packed], rw)
+    return _like(node, node.op, [rw.blocked[x], *packed], rw, b)
 
 
 def _pool(rw: Rewriter, node: Node) -> Node | None:
     if not rw.is_blocked(node.inputs[0]) or len(node.attrs["kernel"]) != 2:
         return None
-    return _like(node, f"{node.op}_nchwc", [rw.blocked[node.inputs[0]]], rw)
+    x = node.inputs[0]
+    return _like(node, f"{node.op}_nchwc", [rw.blocked[x]], rw, rw.block_of(x))
 
 
 def _global_reduce(rw: Rewriter, node: Node) -> Node | None:
     """A reduction over H and W keeping dims (global pooling) reduces the same axes of
     the blocked form and leaves a blocked (N, C/x, 1, 1, x)."""
     spatial = sorted(node.attrs.get("axes") or []) == [2, 3]
-    if not rw.is_blocked(node.inputs[0]) or not spatial or not node.attrs.get("keepdims", 1):
+    x = node.inputs[0]
+    if not rw.is_blocked(x) or not spatial or not node.attrs.get("keepdims", 1):
         return None
-    return _like(node, node.op, [rw.blocked[node.inputs[0]]], rw)
+    return _like(node, node.op, [rw.blocked[x]], rw, rw.block_of(x))
 
 
 def _concat(rw: Rewriter, node: Node) -> Node | None:
-    """Along channels, when every part is blocked already (or a constant of whole
-    blocks): a plain part means a transform, and the concat may as well run in NCHW."""
-    if node.attrs.get("axis") not in (1, -3) or not any(rw.is_blocked(i) for i in node.inputs):
+    """Along channels, when every part is blocked already with one block (or a constant
+    of whole blocks): a plain part means a transform, and the concat may as well run in
+    NCHW."""
+    blocks = {rw.block_of(i) for i in node.inputs if rw.is_blocked(i)}
+    if node.attrs.get("axis") not in (1, -3) or len(blocks) != 1:
         return None
+    (b,) = blocks
     parts = [(i, rw.value(i)) for i in node.inputs]
-    if not all(rw.is_blocked(i) or (v.is_const and rw.blockable(i)) for i, v in parts):
+    if not all(rw.is_blocked(i) or (v.is_const and rw.blockable(i, b)) for i, v in parts):
         return None
-    return _like(node, "concat", [rw.as_blocked(i) for i in node.inputs], rw, axis=1)
+    return _like(node, "concat", [rw.as_blocked(i, b) for i in node.inputs], rw, b, axis=1)
 
 
 def _pad(rw: Rewriter, node: Node) -> Node | None:
@@ -108,14 +130,15 @@ def _pad(rw: Rewriter, node: Node) -> Node | None:
     ):
         return None
     blocked_pads = [0, 0, pads[2], pads[3], 0, 0, 0, pads[6], pads[7], 0]
-    return _like(node, "pad", [rw.blocked[node.inputs[0]]], rw, pads=blocked_pads)
+    x = node.inputs[0]
+    return _like(node, "pad", [rw.blocked[x]], rw, rw.block_of(x), pads=blocked_pads)
 
 
-def _like(node: Node, op: str, inputs: list[str], rw: Rewriter, **attrs) -> Node:
-    """``node`` as ``op`` on ``inputs``, its output the blocked form of its own."""
-    return Node(
-        op, node.name, inputs, [rw.out(node.outputs[0])], {**node.attrs, **attrs}, node.source
-    )
+def _like(node: Node, op: str, inputs: list[str], rw: Rewriter, block: int, **attrs) -> Node:
+    """``node`` as ``op`` on ``inputs``, its output the blocked form of its own with
+    ``block`` channels a block."""
+    out = rw.out(node.outputs[0], block)
+    return Node(op, node.name, inputs, [out], {**node.attrs, **attrs}, node.source)
 
 
 RULES: dict[str, Callable] = {
@@ -131,6 +154,43 @@ RULES: dict[str, Callable] = {
     **{op: _broadcast for op in (*BINARY, *VARIADIC)},
     **{op: _global_reduce for op in REDUCERS},
 }
+
+
+# Rules whose output keeps the block of input 0, which a concat's block cap goes through.
+_FOLLOWERS = (_elementwise, _per_channel, _pool, _pad)
+
+
+def concat_caps(graph: Graph, lanes: int) -> dict[str, int]:
+    """For each value that reaches a channel concat (through ops that keep its block),
+    the largest block every part of that concat can have: the convs that make the parts
+    pick it, so the concat runs blocked (parts of 16 and 24 channels at 16 lanes: all
+    in blocks of 8) rather than in NCHW between transforms."""
+    producer = {o: n for n in graph.nodes for o in n.outputs}
+    caps: dict[str, int] = {}
+
+    def cap(value: str, block: int) -> None:
+        while value in producer:
+            caps[value] = min(caps.get(value, block), block)
+            node = producer[value]
+            if node.op == "concat":
+                for part in node.inputs:
+                    cap(part, block)
+                return
+            if rule_for(node.op) not in _FOLLOWERS or not node.inputs:
+                return
+            value = node.inputs[0]
+
+    for node in reversed(graph.nodes):
+        shapes = [graph.values[i].shape for i in node.inputs]
+        if node.op != "concat" or node.attrs.get("axis") not in (1, -3):
+            continue
+        if not all(len(s) == 4 for s in shapes):
+            continue
+        block = fitting_block(math.gcd(*(s[1] for s in shapes)), lanes)
+        if block is not None:
+            for part in node.inputs:
+                cap(part, block)
+    return caps
 
 
 def rule_for(op: str) -> Callable | None:

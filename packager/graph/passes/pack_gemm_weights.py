@@ -8,12 +8,13 @@ product with one row of A (a GEMV, memory-bound) that is a strided walk over eve
 of the weights per column block.
 
 So a constant B is packed once at package time as (N / nb, K, nb), nb the board's float
-lanes per vector: B[k, j] at [j // nb, k, j % nb], and the gemm gets ``b_block=nb``
-(trans_b cleared). One vector of output columns then reads its weights as one contiguous
-stream over k, and the template's register tile (a knob: how many such vectors) reads as
-many streams (measured in the MobileNetV2-style network, EPYC, one thread, 1280 -> 1000:
-0.22 ms as (K, N) with 1 vector per tile, 0.24 as (K, N) with 5, 0.12 packed with 5).
-When N is not a multiple of nb (or the board has no vectors), B is only transposed to
+lanes per vector (or half of them and so on, down to 2, to divide N): B[k, j] at
+[j // nb, k, j % nb], and the gemm gets ``b_block=nb`` (trans_b cleared). One vector
+of output columns then reads its weights as one contiguous stream over k, and the
+template's register tile (a knob: how many such vectors) reads as many streams
+(measured in the MobileNetV2-style network, EPYC, one thread, 1280 -> 1000: 0.22 ms as
+(K, N) with 1 vector per tile, 0.24 as (K, N) with 5, 0.12 packed with 5).
+When N is odd (or the board has no vectors), B is only transposed to
 (K, N). The old constant is dropped by dead-value pruning when unused.
 """
 
@@ -25,6 +26,7 @@ import numpy as np
 
 from ...boards import load_board
 from ...target import Target
+from ...te.schedule import fitting_lanes
 from ..ir import Graph, Node, Value
 
 
@@ -61,7 +63,8 @@ def _packed(node: Node, values: dict[str, Value], nb: int) -> Node:
         return node
     tb = bool(node.attrs.get("trans_b"))
     n = b.data.shape[0] if tb else b.data.shape[1]
-    if nb and n % nb == 0:
+    nb = fitting_lanes(n, nb)
+    if nb:
         name = f"{b.name}__p{nb}{'t' if tb else ''}"
         attrs = {**node.attrs, "trans_b": 0, "b_block": nb}
         make = lambda: pack_b(b.data, tb, nb)  # noqa: E731
