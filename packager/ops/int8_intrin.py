@@ -111,14 +111,19 @@ def _neon(arch: str):
         if act == "int8":
             # s8 x s8 fits int16: 8 products per smull, pairs then lanes summed
             lo, hi = "vpaddlq_s16(p0)", "vpaddlq_s16(p1)"
-            return head + f"""    const int8x8_t av = vreinterpret_s8_s32(vdup_n_s32(a4));
+            return (
+                head
+                + f"""    const int8x8_t av = vreinterpret_s8_s32(vdup_n_s32(a4));
     const int16x8_t p0 = vmull_s8(vget_low_s8(wv), av);
     const int16x8_t p1 = vmull_s8(vget_high_s8(wv), av);
     const int32x4_t s = {pairs.format(x=lo, y=hi)};
     vst1q_s32(acc, vaddq_s32(vld1q_s32(acc), s));"""
+            )
         q01 = pairs.format(x="q0", y="q1")
         q23 = pairs.format(x="q2", y="q3")
-        return head + f"""    const int16x8_t a16 =
+        return (
+            head
+            + f"""    const int16x8_t a16 =
         vreinterpretq_s16_u16(vmovl_u8(vreinterpret_u8_s32(vdup_n_s32(a4))));
     const int16x4_t al = vget_low_s16(a16);
     const int16x8_t wl = vmovl_s8(vget_low_s8(wv));
@@ -131,6 +136,7 @@ def _neon(arch: str):
     const int32x4_t t23 = {q23};
     const int32x4_t s = {pairs.format(x="t01", y="t23")};
     vst1q_s32(acc, vaddq_s32(vld1q_s32(acc), s));"""
+        )
 
     return body
 
@@ -141,10 +147,18 @@ _ISAS = {
     "avx_vnni": ("vpdpbusd ymm", "defined(__AVXVNNI__)", "immintrin.h", _avx_vnni),
     "avx2": ("vpmaddwd", "defined(__AVX2__)", "immintrin.h", _avx2),
     "sdot": ("sdot", "defined(__ARM_FEATURE_DOTPROD)", "arm_neon.h", _sdot),
-    "neon64": ("smull", "defined(__aarch64__) && defined(__ARM_NEON)", "arm_neon.h",
-               _neon("aarch64")),
-    "neon32": ("vmull.s8", "defined(__ARM_NEON) && !defined(__aarch64__)", "arm_neon.h",
-               _neon("armv7")),
+    "neon64": (
+        "smull",
+        "defined(__aarch64__) && defined(__ARM_NEON)",
+        "arm_neon.h",
+        _neon("aarch64"),
+    ),
+    "neon32": (
+        "vmull.s8",
+        "defined(__ARM_NEON) && !defined(__aarch64__)",
+        "arm_neon.h",
+        _neon("armv7"),
+    ),
 }
 
 

@@ -98,9 +98,16 @@ def _strides(index: Expr, loop_vars: list[Var], simp) -> list[int | None]:
     return out
 
 
-def match(stage_name: str, intrin: TensorIntrin, reduce: Reduce | None, value: Expr,
-          store_index: Expr, data_vars: list[tuple[Var, int]],
-          reduce_vars: list[tuple[Var, int]], simp) -> tuple[list[BufferLoad], Expr]:
+def match(
+    stage_name: str,
+    intrin: TensorIntrin,
+    reduce: Reduce | None,
+    value: Expr,
+    store_index: Expr,
+    data_vars: list[tuple[Var, int]],
+    reduce_vars: list[tuple[Var, int]],
+    simp,
+) -> tuple[list[BufferLoad], Expr]:
     """Check the loops over ``data_vars``/``reduce_vars`` (var, extent; outermost first)
     whose update is ``acc (combiner) value`` stored at ``store_index`` compute ``intrin``.
     Returns the operand loads at the nest's first iteration, in the intrinsic's
@@ -132,8 +139,10 @@ def match(stage_name: str, intrin: TensorIntrin, reduce: Reduce | None, value: E
             if not isinstance(a, BufferLoad):
                 fail(f"{path}: a {type(a).__name__} where the intrinsic loads {b.tensor.name}")
             if a.dtype != b.dtype:
-                fail(f"{path}: operand {a.buffer.name} is {a.dtype}, the intrinsic's "
-                     f"{b.tensor.name} is {b.dtype}")
+                fail(
+                    f"{path}: operand {a.buffer.name} is {a.dtype}, the intrinsic's "
+                    f"{b.tensor.name} is {b.dtype}"
+                )
             pairs.append((a, b))
             return
         if type(a) is not type(b) or a.dtype != b.dtype:
@@ -146,8 +155,7 @@ def match(stage_name: str, intrin: TensorIntrin, reduce: Reduce | None, value: E
             same(x, y, f"{path}.{k}")
 
     same(value, body.body, "body")
-    out_want = _strides(_index_of(Load(intrin.decl, tuple(v for v, _ in want_data))), theirs,
-                        simp)
+    out_want = _strides(_index_of(Load(intrin.decl, tuple(v for v, _ in want_data))), theirs, simp)
     if _strides(store_index, ours, simp) != out_want:
         fail(f"the output is not stored with strides {out_want} along the replaced loops")
     args: dict[int, BufferLoad] = {}
@@ -155,8 +163,10 @@ def match(stage_name: str, intrin: TensorIntrin, reduce: Reduce | None, value: E
         want = _strides(_index_of(b), theirs, simp)
         got = _strides(a.index, ours, simp)
         if got != want:
-            fail(f"{a.buffer.name} is read with strides {got} along the replaced loops, "
-                 f"the intrinsic's {b.tensor.name} with {want}")
+            fail(
+                f"{a.buffer.name} is read with strides {got} along the replaced loops, "
+                f"the intrinsic's {b.tensor.name} with {want}"
+            )
         zero = {v: Const(0, v.dtype) for v in ours}
         args.setdefault(id(b.tensor), BufferLoad(a.buffer, simp(substitute(a.index, zero))))
     ins = [args[id(t)] for t in intrin.inputs]
