@@ -75,7 +75,7 @@ def test_mismatched_nest_is_refused_naming_stage_and_operand():
     k = te.reduce_axis(4, "k")
     out = te.compute(
         (16,),
-        lambda l: te.sum(te.cast("int32", a[k * 4]) * te.cast("int32", w[(l, k)]), [k]),
+        lambda j: te.sum(te.cast("int32", a[k * 4]) * te.cast("int32", w[(j, k)]), [k]),
         name="strided_dot",
     )
     sch = te.create_schedule(out)
@@ -95,7 +95,7 @@ def test_wrong_activation_type_is_refused():
     k = te.reduce_axis(4, "k")
     out = te.compute(
         (8,),
-        lambda l: te.sum(te.cast("int32", a[k]) * te.cast("int32", w[(l, k)]), [k]),
+        lambda j: te.sum(te.cast("int32", a[k]) * te.cast("int32", w[(j, k)]), [k]),
         name="sdot8",
     )
     sch = te.create_schedule(out)

@@ -45,7 +45,7 @@ def declaration(act: str, lanes: int) -> te.Tensor:
     k = te.reduce_axis(4, "k")
     return te.compute(
         (lanes,),
-        lambda l: te.sum(te.cast("int32", a[k]) * te.cast("int32", w[(l, k)]), [k]),
+        lambda j: te.sum(te.cast("int32", a[k]) * te.cast("int32", w[(j, k)]), [k]),
         name=f"dot4_{_SHORT[act]}x{lanes}",
     )
 
@@ -199,7 +199,7 @@ def _c_def(name: str, act: str, lanes: int, isa: str | None) -> str:
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _intrin(act: str, lanes: int, isa: str | None) -> TensorIntrin:
     name = f"pk_dot4_{_SHORT[act]}x{lanes}_{isa or 'scalar'}"
     label = _ISAS[isa][0] if isa else "scalar"

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from .. import te
 from ._cpu import fallback, find_tagged, padded_copy_at_root, run_parallel
-from .int8_intrin import dot4_intrin
 from ._window import out_len, reduce_axes, split_pads, window_index
+from .int8_intrin import dot4_intrin
 from .pad import pad_tensor
 from .registry import ScheduleContext, register_op, register_schedule
 
