@@ -312,6 +312,7 @@ def _tensorizable(ctx: ScheduleContext, acc: te.Tensor, x: te.Tensor) -> bool:
         len(ctx.outs) == 1
         and x.dtype in ("uint8", "int8")
         and acc.shape[-1] in (4, 8, 16)
+        and acc.op.reduce_axis[-1].extent == 4  # fewer than 4 input channels pack fewer
         and out.ndim == acc.ndim - 1
     )
 
