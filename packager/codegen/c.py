@@ -68,6 +68,7 @@ class CLang(Lang):
     vector_broadcast: str = "{{{elems}}}"
     kernel_return: str | None = "return 0;"
     kernel_fail: str = "return 1;"
+    intrinsics: bool = True
 
     def kernel_head(self, r: Renderer, func: PrimFunc) -> str:
         """``int32_t NAME(void* const* args)``; each argument is unpacked to a typed

@@ -99,6 +99,7 @@ from packager.te.ir import (
     Store,
 )
 from packager.te.simplify import Simplifier
+from packager.te.tensorize import Intrinsic
 from packager.te.visitor import StmtVisitor, walk_exprs, walk_stmts
 
 SHORT = {
@@ -202,6 +203,7 @@ class Lang:
     barrier: str | None = None
     kernel_return: str | None = None
     kernel_fail: str = ""
+    intrinsics: bool = False  # can call a tensorized stage's C intrinsic functions
 
     def math(self, func: str, dtype: str) -> str:
         """The name of math function ``func`` for float ``dtype`` (``expf``)."""
@@ -362,6 +364,18 @@ class Renderer(StmtVisitor):
                 f"({s.scope} memory); barriers need a GPU language"
             )
         self.emit(self.lang.barrier)
+
+    def visit_Intrinsic(self, s: Intrinsic) -> None:
+        intrin = s.intrin
+        if not self.lang.intrinsics:
+            raise PackagerError(
+                f"kernel {self.kernel}: {self.lang.name} cannot call the intrinsic "
+                f"{intrin.name} (a tensorized schedule needs C)"
+            )
+        self.mod.helpers.setdefault(f"intrin_{intrin.name}", intrin.c_def)
+        idx = self.expr_cse([a.index for a in [s.out, *s.ins]])
+        ptrs = [f"&{self.name(a.buffer)}[{i}]" for a, i in zip([s.out, *s.ins], idx, strict=True)]
+        self.emit(f"{intrin.name}({', '.join(ptrs)});")
 
     def visit_For(self, s: For) -> None:
         if s.kind == "parallel":
@@ -692,6 +706,9 @@ class _Uses(StmtVisitor):
 
     def visit_Store(self, s: Store) -> None:
         self.stored.setdefault(id(s.buffer), s.buffer)
+
+    def visit_Intrinsic(self, s: Intrinsic) -> None:
+        self.stored.setdefault(id(s.out.buffer), s.out.buffer)
 
 
 def stored_buffers(s: Stmt) -> set:

@@ -24,8 +24,9 @@ attrs of both: x_zp, y_zp, out_dtype (int8/uint8), r_zp (with a residual input).
 from __future__ import annotations
 
 from .. import te
-from ._cpu import fallback, run_parallel
+from ._cpu import fallback, find_tagged, padded_copy_at_root, run_parallel
 from ._window import out_len, reduce_axes, split_pads, window_index
+from .int8_intrin import dot4_intrin
 from .pad import pad_tensor
 from .registry import ScheduleContext, register_op, register_schedule
 
@@ -129,6 +130,24 @@ def _widen(e):
     return te.cast(I32, e)
 
 
+def _pad_in_quads(x: te.Tensor, before, after, blocks: int, k4: int, zp: int) -> te.Tensor:
+    """The padded input with its channels in groups of 4 innermost,
+    (N, C'/4, H', W', 4): the 4 activations a dot-product step multiplies lie together.
+    Padding and the channels past C read the zero point (their weights are zero)."""
+    n, c, h, w = x.shape
+    shape = (n, blocks, h + before[0] + after[0], w + before[1] + after[1], k4)
+
+    def f(b, cb, i, j, ci):
+        ch = cb * k4 + ci
+        inside = [ch < c] if blocks * k4 != c else []
+        inside += [i >= before[0], i < before[0] + h] if before[0] or after[0] else []
+        inside += [j >= before[1], j < before[1] + w] if before[1] or after[1] else []
+        src = x[(b, te.min_(ch, c - 1), i - before[0], j - before[1])]
+        return te.select(te.all_of(*inside), src, te.const(zp, x.dtype)) if inside else src
+
+    return te.compute(shape, f, name="qconv_pad", tag="pad")
+
+
 @register_op("qconv2d", "out_elemwise_fusable")
 def qconv2d(inputs, attrs):
     """Integer 2-D conv, NCHW activations.
@@ -151,9 +170,12 @@ def qconv2d(inputs, attrs):
     cg = x.shape[1] // groups
     mg = oc // groups
     extra = ncb * k4 - cg  # channels read past a group's end (zero weights): keep in bounds
-    xp = pad_tensor(
-        x, [0, 0, *before], [0, extra, *after], value=int(attrs["x_zp"]), name="qconv_pad"
-    )
+    if groups == 1:
+        xp = _pad_in_quads(x, before, after, ncb, k4, int(attrs["x_zp"]))
+    else:
+        xp = pad_tensor(
+            x, [0, 0, *before], [0, extra, *after], value=int(attrs["x_zp"]), name="qconv_pad"
+        )
     spatial = [
         out_len(x.shape[2 + i], (kh, kw)[i], strides[i], dilations[i], before[i], after[i])
         for i in range(2)
@@ -169,7 +191,8 @@ def qconv2d(inputs, attrs):
             c = g * cg + c
         ih = window_index(oh, rk[0], strides[0], dilations[0])
         iw = window_index(ow, rk[1], strides[1], dilations[1])
-        prod = _widen(xp[(n, c, ih, iw)]) * _widen(w[(ob, rcb, rk[0], rk[1], oi, rci)])
+        a = xp[(n, rcb, ih, iw, rci)] if groups == 1 else xp[(n, c, ih, iw)]
+        prod = _widen(a) * _widen(w[(ob, rcb, rk[0], rk[1], oi, rci)])
         return te.sum(prod, [rcb, *rk, rci])
 
     acc = te.compute(
@@ -261,5 +284,114 @@ def _integer_schedule(tag: str):
     return schedule
 
 
-register_schedule("qconv2d", "cpu")(_integer_schedule("qconv"))
-register_schedule("qdense", "cpu")(_integer_schedule("qdense"))
+_simple_qconv = _integer_schedule("qconv")
+_simple_qdense = _integer_schedule("qdense")
+
+# int32 accumulators one register tile may hold (vector registers: x86 AVX-512 and
+# AArch64 have 32, AVX2 16; a few stay for the weights and the broadcast activation)
+ACC_BUDGET = {512: 24, 256: 12, 128: 20}
+MAX_OC_TILE = 4
+
+
+def _default_tile(blocks: int, cols: int, budget: int) -> tuple[int, int]:
+    """(output-channel blocks, output columns) of the largest tile within ``budget``;
+    among equals the one loading least per step (blocks of weights + broadcasts)."""
+    tiles = [
+        (b, c)
+        for b in range(1, min(blocks, MAX_OC_TILE) + 1)
+        if blocks % b == 0
+        for c in range(1, min(cols, budget) + 1)
+        if cols % c == 0 and b * c <= budget
+    ]
+    return max(tiles, key=lambda t: (t[0] * t[1], -(t[0] + t[1]), t[1]))
+
+
+def _tensorizable(ctx: ScheduleContext, acc: te.Tensor, x: te.Tensor) -> bool:
+    out = ctx.outs[0]
+    return (
+        len(ctx.outs) == 1
+        and x.dtype in ("uint8", "int8")
+        and acc.shape[-1] in (4, 8, 16)
+        and acc.op.reduce_axis[-1].extent == 4  # fewer than 4 input channels pack fewer
+        and out.ndim == acc.ndim - 1
+    )
+
+
+def _inline_rest(sch: te.Schedule, keep: list) -> None:
+    for st in sch.stages:
+        if not st.is_output and all(st.op is not k.op for k in keep):
+            st.compute_inline()
+
+
+@register_schedule("qconv2d", "cpu")
+def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
+    """A register tile of ``tile_oc`` blocks of L output channels x ``tile_ow`` output
+    columns, computed per tile at the output's column loop: the reduction loops
+    (``reduce_order``) outside, the tile's accumulators unrolled inside, each one vector
+    updated by the target's 4-way dot-product intrinsic (tensorized: int8_intrin.py);
+    the requantize epilogue then stores the tile. The padded input is made once at root
+    so the intrinsic reads plain memory. Grouped convs keep the simple schedule."""
+    acc = find_tagged(ctx.anchor, "qconv")
+    if acc is None or acc.op.attrs.get("groups", 1) != 1:
+        return _simple_qconv(ctx)
+    pad = next((t for t in acc.op.input_tensors if t.op.name.startswith("qconv_pad")), None)
+    x = pad if pad is not None else acc.op.input_tensors[0]
+    if not _tensorizable(ctx, acc, x):
+        return _simple_qconv(ctx)
+    cfg, out = ctx.cfg, ctx.outs[0]
+    _, blocks, _, cols, lanes = acc.shape
+    oc_def, ow_def = _default_tile(blocks, cols, ACC_BUDGET.get(ctx.target.vector_bits, 12))
+    t_oc = cfg.define_split("qtile_oc", blocks, oc_def, most=MAX_OC_TILE)
+    t_ow = cfg.define_split("qtile_ow", cols, ow_def, most=32)
+    order = cfg.define("qreduce_order", ("rcb_k", "k_rcb"), "rcb_k")
+    intrin = dot4_intrin(x.dtype, lanes, ctx.target)
+
+    sch = te.create_schedule(ctx.outs)
+    _inline_rest(sch, [acc] + ([pad] if pad is not None else []))
+    if pad is not None:
+        padded_copy_at_root(sch[pad], ctx.target.cores > 1, False)
+    st_out = sch[out]
+    n, m, oh, ow = st_out.op.axis
+    mo, mi = st_out.split(m, t_oc * lanes)
+    owo, owi = st_out.split(ow, t_ow)
+    st_out.reorder(n, mo, oh, owo, mi, owi)
+    if ctx.target.cores > 1:
+        st_out.parallel(st_out.fuse(n, mo, oh))
+    st = sch[acc]
+    st.compute_at(st_out, owo)
+    an, ob, aoh, aow, oi = st.op.axis
+    rcb, rk0, rk1, rci = st.op.reduce_axis
+    red = (rcb, rk0, rk1) if order == "rcb_k" else (rk0, rk1, rcb)
+    st.reorder(an, aoh, *red, ob, aow, oi, rci)
+    st.unroll(ob)
+    st.unroll(aow)
+    st.tensorize(oi, intrin)
+    return sch
+
+
+@register_schedule("qdense", "cpu")
+def schedule_qdense_cpu(ctx: ScheduleContext) -> te.Schedule:
+    """Blocks of ``tile_n`` x L output columns per tile, the dot-product intrinsic over
+    each block of L, the requantize epilogue storing the tile."""
+    acc = find_tagged(ctx.anchor, "qdense")
+    if acc is None:
+        return _simple_qdense(ctx)
+    x = acc.op.input_tensors[0]
+    k = x.shape[-1]
+    nblocks, kblocks, lanes = acc.op.input_tensors[1].shape[:3]
+    if kblocks * 4 != k or not _tensorizable(ctx, acc, x):
+        return _simple_qdense(ctx)  # a clamped read past K does not match the intrinsic
+    t_n = ctx.cfg.define_split("qtile_n", nblocks, MAX_OC_TILE, most=8)
+    sch = te.create_schedule(ctx.outs)
+    _inline_rest(sch, [acc])
+    st_out = sch[ctx.outs[0]]
+    *rows, j = st_out.op.axis
+    jo, ji = st_out.split(j, t_n * lanes)
+    st = sch[acc]
+    st.compute_at(st_out, jo)
+    *arows, jb, jl = st.op.axis
+    rkb, rki = st.op.reduce_axis
+    st.reorder(*arows, rkb, jb, jl, rki)
+    st.unroll(jb)
+    st.tensorize(jl, dot4_intrin(x.dtype, lanes, ctx.target))
+    return sch

@@ -48,6 +48,8 @@ from .ir import (
 )
 from .schedule import Fuse, Schedule, Split, Stage
 from .simplify import INT_RANGE, Simplifier
+from .tensorize import Intrinsic, TensorizeError
+from .tensorize import match as tensorize_match
 from .visitor import StmtMutator
 
 _COMBINE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
@@ -200,8 +202,45 @@ class _Lowering:
         init_nest = self.loops(
             st, nest, [iv for iv in inner if iv.kind == "data"], init, {}, data_guards, attach=False
         )
+        if st.tensorized is not None:
+            inner, upd = self._tensorized(st, nest, inner, body, index, buf)
         upd_nest = self.loops(st, nest, inner, upd, allocs, nest.guards)
         return self.loops(st, nest, leaves[:split_at], seq(init_nest, upd_nest), allocs, [])
+
+    def _tensorized(self, st: Stage, nest: _Nest, inner: list, body, index, buf):
+        """The update loops that stay, and the intrinsic call replacing the rest."""
+        iv, intrin = st.tensorized
+        k = next((j for j, x in enumerate(inner) if x is iv), None)
+        if k is None:
+            raise TensorizeError(
+                f"tensorize {st.name} with {intrin.name}: {iv.name} is not inside the "
+                "stage's reduction (the replaced loops must include its innermost ones)"
+            )
+        replaced = inner[k:]
+        rvars = {x.var for x in replaced}
+        for _, g in nest.guards:
+            if any(v in rvars for v in _vars(g)):
+                raise TensorizeError(
+                    f"tensorize {st.name} with {intrin.name}: a split leaves a guarded "
+                    "tail inside the replaced loops"
+                )
+        if any(id(x) in self.attached for x in replaced):
+            raise TensorizeError(
+                f"tensorize {st.name} with {intrin.name}: a stage is computed inside "
+                "the replaced loops"
+            )
+        span = [(x.var, nest.ext[x]) for x in replaced]
+        ins, base = tensorize_match(
+            st.name,
+            intrin,
+            body,
+            self.to_buffers(body.body),
+            index,
+            [p for p, x in zip(span, replaced, strict=True) if x.kind == "data"],
+            [p for p, x in zip(span, replaced, strict=True) if x.kind == "reduce"],
+            self.simp,
+        )
+        return inner[:k], Intrinsic(intrin, BufferLoad(buf, base), ins)
 
     def loops(self, st, nest, leaves, body: Stmt, allocs: dict, guards: list, attach=True) -> Stmt:
         """The loops over ``leaves`` around ``body``. Each guard sits just inside the

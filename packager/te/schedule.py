@@ -61,6 +61,7 @@ class Stage:
     scope: str = "global"  # where a stage computed at another lives: local | shared
     attach_stage: Stage | None = None
     attach_ivar: IterVar | None = None
+    tensorized: tuple | None = None  # (leaf IterVar, TensorIntrin)
 
     def __post_init__(self):
         self.leaf_iter_vars = list(self.op.axis) + list(self.op.reduce_axis)
@@ -154,6 +155,13 @@ class Stage:
         """Bind a leaf to a GPU grid axis (blockIdx.x, threadIdx.y, ...)."""
         self._annotate(iv, "thread_binding")
         self.thread_tags[iv] = thread_tag
+
+    def tensorize(self, iv: IterVar, intrin) -> None:
+        """Replace the loops from leaf ``iv`` inward with one call of ``intrin`` (a
+        te.tensorize.TensorIntrin). Lowering checks those loops compute the intrinsic's
+        declaration and raises TensorizeError naming this stage otherwise."""
+        self._leaf_pos(iv)
+        self.tensorized = (iv, intrin)
 
     # --- placement ---
 

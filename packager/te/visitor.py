@@ -187,7 +187,11 @@ class StmtMutator:
         changes = {}
         for f in expr_fields:
             old = getattr(s, f)
-            new = None if old is None else self.mutate_expr(old)
+            if isinstance(old, list):  # a list of expressions (an intrinsic's operands)
+                new = [self.mutate_expr(x) for x in old]
+                new = old if all(a is b for a, b in zip(new, old, strict=True)) else new
+            else:
+                new = None if old is None else self.mutate_expr(old)
             if new is not old:
                 changes[f] = new
         for f in stmt_fields:

@@ -1,0 +1,141 @@
+"""int8 bundles against our fp32 bundle and ONNX Runtime on the same QDQ model.
+
+For each model (ResNet-18-style, MobileNetV2-style from examples/networks.py): quantize it
+with onnxruntime.quantization.quantize_static (QDQ, per-channel int8 weights, uint8
+activations, calibrated on random inputs), package the fp32 and the QDQ model for the
+host, then alternate rounds of the int8 bundle, the fp32 bundle and ORT running the QDQ
+model (graph optimizations on: its own int8 kernels), at one thread. Prints the medians,
+int8/fp32 and int8/ORT, and the int8 logits' top-1 agreement and cosine similarity with
+fp32 over random inputs.
+
+    python bench/compare_int8.py --models resnet18 --rounds 3 --size 224
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import compare_ort as co  # noqa: E402
+
+networks = co.networks
+
+MODELS = {
+    "resnet18": lambda s: networks.resnet(blocks=(2, 2, 2, 2), width=64, size=s, classes=1000),
+    "mobilenet_v2": lambda s: networks.mobilenet_v2(width=1.0, size=s, classes=1000),
+}
+
+
+def quantize(model: onnx.ModelProto, work: Path, shape) -> onnx.ModelProto:
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    name = model.graph.input[0].name
+
+    class Calib(CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(1)
+            self.it = iter([{name: rng.uniform(0, 1, shape).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    raw, pre, out = work / "raw.onnx", work / "pre.onnx", work / "qdq.onnx"
+    onnx.save(model, raw)
+    quant_pre_process(str(raw), str(pre), skip_symbolic_shape=True)
+    quantize_static(
+        str(pre),
+        str(out),
+        Calib(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+    )
+    return onnx.load(out)
+
+
+def agreement(fp32: onnx.ModelProto, qdq: onnx.ModelProto, shape, n: int = 8):
+    """(top-1 agreement, mean cosine similarity) of the int8 bundle's outputs with
+    fp32's, through the packager's Python backend."""
+    from packager.backend import PackagerBackend
+
+    f, q = PackagerBackend.prepare(fp32), PackagerBackend.prepare(qdq)
+    rng = np.random.default_rng(7)
+    top, cos = [], []
+    for _ in range(n):
+        x = rng.uniform(0, 1, shape).astype(np.float32)
+        a, b = f.run([x])[0].ravel(), q.run([x])[0].ravel()
+        top.append(int(np.argmax(a) == np.argmax(b)))
+        cos.append(float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30)))
+    return float(np.mean(top)), float(np.mean(cos))
+
+
+def bench(name: str, size: int, rounds: int, repeat: int) -> dict:
+    shape = (1, 3, size, size)
+    fp32 = MODELS[name](size)
+    with tempfile.TemporaryDirectory() as d:
+        work = Path(d)
+        qdq = quantize(fp32, work, shape)
+        (work / "f").mkdir()
+        (work / "q").mkdir()
+        fb, fexe = co.build_bundle(fp32, work / "f")
+        qb, qexe = co.build_bundle(qdq, work / "q")
+        feeds = co.input_feeds(fp32)
+        paths = {}
+        for k, v in feeds.items():
+            paths[k] = str(work / f"{k}.npy")
+            np.save(paths[k], v)
+        qpath = work / "qdq_run.onnx"
+        onnx.save(qdq, qpath)
+        t = {"int8": [], "fp32": [], "ort_int8": []}
+        runs = {
+            "int8": lambda: co.time_bundle(qexe, qb, paths, repeat, 1),
+            "fp32": lambda: co.time_bundle(fexe, fb, paths, repeat, 1),
+            "ort_int8": lambda: co.time_ort_process(qpath, paths, repeat, 1),
+        }
+        keys = list(runs)
+        for r in range(rounds):
+            for k in keys[r % 3 :] + keys[: r % 3]:
+                co.settle()
+                t[k].append(runs[k]())
+        med = {k: statistics.median(v) for k, v in t.items()}
+        top1, cos = agreement(fp32, qdq, shape)
+    return {
+        "model": name,
+        "size": size,
+        **{f"{k}_ms": round(v, 3) for k, v in med.items()},
+        "int8_vs_fp32_speedup": round(med["fp32"] / med["int8"], 3),
+        "int8_over_ort": round(med["int8"] / med["ort_int8"], 3),
+        "top1_agree": top1,
+        "cosine": round(cos, 5),
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=10)
+    args = p.parse_args(argv)
+    for name in args.models:
+        print(json.dumps(bench(name, args.size, args.rounds, args.repeat)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,211 @@
+"""The int8 dot-product intrinsics the integer conv/dense schedules tensorize with.
+
+Each computes ``acc[l] += sum_{k<4} a[k] * w[l][k]`` for the L int32 lanes of one
+vector (a: 4 activations, uint8 or int8, broadcast to every lane; w: int8, [L][4]; every
+product widened, the sums exact in int32), declared as a TE compute and written in C
+with the instructions of one ISA, guarded by the macro the compiler defines for it, over
+a scalar loop (a build whose flags lack the ISA still compiles and computes the same).
+
+Which one a target gets (``dot4_intrin``), by the activation type and the profile's
+``features`` (the arch where a profile lists none):
+
+  x86, uint8, avx512_vnni, L=16   vpdpbusd zmm (_mm512_dpbusd_epi32): u8 x s8, one instr
+  x86, uint8, avx_vnni, L=8       vpdpbusd ymm (_mm256_dpbusd_avx_epi32)
+  x86 otherwise (int8 too)        AVX2: both operands widened to int16
+                                  (_mm256_cvtep{u,i}8_epi16) then _mm256_madd_epi16 (exact
+                                  int32 pair sums) and a horizontal add; never
+                                  _mm256_maddubs_epi16, whose int16 pair sums saturate
+                                  (255 * 127 * 2 > 32767) unless weights are 7-bit
+  aarch64, int8, asimddp          sdot (vdotq_s32)
+  aarch64, int8, no dotprod       smull (vmull_s8) + saddlp (vpaddlq_s16) + addp
+  armv7 NEON, int8                vmull.s8 + vpaddl.s16 + vpadd.i32
+  ARM, uint8                      both widened to int16 (ushll/sshll), smull.4s +
+                                  addp: sdot multiplies signed bytes only, and a uint8
+                                  activation minus 128 would need a per-channel
+                                  correction (128 * sum(w)) in the bias; quantize with
+                                  int8 activations (QuantType.QInt8) to get sdot
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .. import te
+from ..target import CpuTarget
+from ..te.tensorize import TensorIntrin
+
+_CT = {"uint8": "uint8_t", "int8": "int8_t"}
+_SHORT = {"uint8": "u8", "int8": "s8"}
+
+
+def declaration(act: str, lanes: int) -> te.Tensor:
+    """out[l] = sum_k int32(a[k]) * int32(w[l, k])."""
+    a = te.placeholder((4,), act, "a")
+    w = te.placeholder((lanes, 4), "int8", "w")
+    k = te.reduce_axis(4, "k")
+    return te.compute(
+        (lanes,),
+        lambda j: te.sum(te.cast("int32", a[k]) * te.cast("int32", w[(j, k)]), [k]),
+        name=f"dot4_{_SHORT[act]}x{lanes}",
+    )
+
+
+def _avx512_vnni(act: str, lanes: int) -> str:
+    return """    int32_t a4;
+    __builtin_memcpy(&a4, a, 4);
+    __m512i c = _mm512_loadu_si512((const void *)acc);
+    c = _mm512_dpbusd_epi32(c, _mm512_set1_epi32(a4), _mm512_loadu_si512((const void *)w));
+    _mm512_storeu_si512((void *)acc, c);"""
+
+
+def _avx_vnni(act: str, lanes: int) -> str:
+    return """    int32_t a4;
+    __builtin_memcpy(&a4, a, 4);
+    __m256i c = _mm256_loadu_si256((const __m256i *)acc);
+    c = _mm256_dpbusd_avx_epi32(c, _mm256_set1_epi32(a4),
+                                _mm256_loadu_si256((const __m256i *)w));
+    _mm256_storeu_si256((__m256i *)acc, c);"""
+
+
+def _avx2(act: str, lanes: int) -> str:
+    widen = "_mm256_cvtepu8_epi16" if act == "uint8" else "_mm256_cvtepi8_epi16"
+    # madd of lanes 0-3 (lo) and 4-7 (hi) gives each lane's two pair sums; hadd makes
+    # [l0 l1 l4 l5 | l2 l3 l6 l7], the permute puts the 64-bit pairs in order
+    return f"""    int32_t a4;
+    __builtin_memcpy(&a4, a, 4);
+    const __m256i a16 = {widen}(_mm_set1_epi32(a4));
+    for (int h = 0; h < {lanes // 8}; ++h) {{
+        const __m256i w8 = _mm256_loadu_si256((const __m256i *)(w + 32 * h));
+        const __m256i lo =
+            _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(w8)), a16);
+        const __m256i hi =
+            _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(w8, 1)), a16);
+        const __m256i s = _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo, hi), 0xD8);
+        const __m256i c = _mm256_loadu_si256((const __m256i *)(acc + 8 * h));
+        _mm256_storeu_si256((__m256i *)(acc + 8 * h), _mm256_add_epi32(c, s));
+    }}"""
+
+
+def _sdot(act: str, lanes: int) -> str:
+    return """    int32_t a4;
+    __builtin_memcpy(&a4, a, 4);
+    const int8x16_t av = vreinterpretq_s8_s32(vdupq_n_s32(a4));
+    vst1q_s32(acc, vdotq_s32(vld1q_s32(acc), vld1q_s8(w), av));"""
+
+
+_PAIRS = {  # int32x4 x, y of pair sums -> [x0+x1, x2+x3, y0+y1, y2+y3]
+    "aarch64": "vpaddq_s32({x}, {y})",
+    "armv7": "vcombine_s32(vpadd_s32(vget_low_s32({x}), vget_high_s32({x})), "
+    "vpadd_s32(vget_low_s32({y}), vget_high_s32({y})))",
+}
+
+
+def _neon(arch: str):
+    pairs = _PAIRS[arch]
+
+    def body(act: str, lanes: int) -> str:
+        head = """    int32_t a4;
+    __builtin_memcpy(&a4, a, 4);
+    const int8x16_t wv = vld1q_s8(w);
+"""
+        if act == "int8":
+            # s8 x s8 fits int16: 8 products per smull, pairs then lanes summed
+            lo, hi = "vpaddlq_s16(p0)", "vpaddlq_s16(p1)"
+            return (
+                head
+                + f"""    const int8x8_t av = vreinterpret_s8_s32(vdup_n_s32(a4));
+    const int16x8_t p0 = vmull_s8(vget_low_s8(wv), av);
+    const int16x8_t p1 = vmull_s8(vget_high_s8(wv), av);
+    const int32x4_t s = {pairs.format(x=lo, y=hi)};
+    vst1q_s32(acc, vaddq_s32(vld1q_s32(acc), s));"""
+            )
+        q01 = pairs.format(x="q0", y="q1")
+        q23 = pairs.format(x="q2", y="q3")
+        return (
+            head
+            + f"""    const int16x8_t a16 =
+        vreinterpretq_s16_u16(vmovl_u8(vreinterpret_u8_s32(vdup_n_s32(a4))));
+    const int16x4_t al = vget_low_s16(a16);
+    const int16x8_t wl = vmovl_s8(vget_low_s8(wv));
+    const int16x8_t wh = vmovl_s8(vget_high_s8(wv));
+    const int32x4_t q0 = vmull_s16(vget_low_s16(wl), al);
+    const int32x4_t q1 = vmull_s16(vget_high_s16(wl), al);
+    const int32x4_t q2 = vmull_s16(vget_low_s16(wh), al);
+    const int32x4_t q3 = vmull_s16(vget_high_s16(wh), al);
+    const int32x4_t t01 = {q01};
+    const int32x4_t t23 = {q23};
+    const int32x4_t s = {pairs.format(x="t01", y="t23")};
+    vst1q_s32(acc, vaddq_s32(vld1q_s32(acc), s));"""
+        )
+
+    return body
+
+
+# name, guard macro, header, body(act, lanes), lanes it takes (None: multiples of 8)
+_ISAS = {
+    "avx512_vnni": ("vpdpbusd zmm", "defined(__AVX512VNNI__)", "immintrin.h", _avx512_vnni),
+    "avx_vnni": ("vpdpbusd ymm", "defined(__AVXVNNI__)", "immintrin.h", _avx_vnni),
+    "avx2": ("vpmaddwd", "defined(__AVX2__)", "immintrin.h", _avx2),
+    "sdot": ("sdot", "defined(__ARM_FEATURE_DOTPROD)", "arm_neon.h", _sdot),
+    "neon64": (
+        "smull",
+        "defined(__aarch64__) && defined(__ARM_NEON)",
+        "arm_neon.h",
+        _neon("aarch64"),
+    ),
+    "neon32": (
+        "vmull.s8",
+        "defined(__ARM_NEON) && !defined(__aarch64__)",
+        "arm_neon.h",
+        _neon("armv7"),
+    ),
+}
+
+
+def isa_for(act: str, lanes: int, target: CpuTarget) -> str | None:
+    """Which body suits the target (None: only the scalar loop)."""
+    feats = set(target.features)
+    if target.arch == "x86_64":
+        if act == "uint8" and lanes == 16 and "avx512_vnni" in feats:
+            return "avx512_vnni"
+        if act == "uint8" and lanes == 8 and "avx_vnni" in feats:
+            return "avx_vnni"
+        return "avx2" if lanes % 8 == 0 else None
+    if lanes != 4:
+        return None
+    if target.arch == "aarch64":
+        return "sdot" if act == "int8" and "asimddp" in feats else "neon64"
+    if target.arch == "armv7":
+        return "neon32"
+    return None
+
+
+def _c_def(name: str, act: str, lanes: int, isa: str | None) -> str:
+    scalar = f"""    for (int l = 0; l < {lanes}; ++l) {{
+        int32_t s = acc[l];
+        for (int k = 0; k < 4; ++k) s += (int32_t)a[k] * (int32_t)w[4 * l + k];
+        acc[l] = s;
+    }}"""
+    head = (
+        f"static inline void {name}(int32_t *restrict acc, const {_CT[act]} *restrict a,\n"
+        f"    const int8_t *restrict w) {{"
+    )
+    if isa is None:
+        return f"{head}\n{scalar}\n}}"
+    _, guard, header, body = _ISAS[isa]
+    return (
+        f"#if {guard}\n#include <{header}>\n#endif\n{head}\n#if {guard}\n"
+        f"{body(act, lanes)}\n#else\n{scalar}\n#endif\n}}"
+    )
+
+
+@functools.cache
+def _intrin(act: str, lanes: int, isa: str | None) -> TensorIntrin:
+    name = f"pk_dot4_{_SHORT[act]}x{lanes}_{isa or 'scalar'}"
+    label = _ISAS[isa][0] if isa else "scalar"
+    return TensorIntrin(name, declaration(act, lanes), _c_def(name, act, lanes, isa), label)
+
+
+def dot4_intrin(act: str, lanes: int, target: CpuTarget) -> TensorIntrin:
+    """The dot-product intrinsic for ``act`` activations in ``lanes`` int32 lanes."""
+    return _intrin(act, lanes, isa_for(act, lanes, target))

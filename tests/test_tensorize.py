@@ -1,0 +1,269 @@
+"""Stage.tensorize and the int8 dot-product intrinsics: a nest that differs from the
+intrinsic's declaration is refused by name; the tensorized integer conv equals the simple
+schedule bit for bit on the host (each ISA's C body, compiled for it), and cross-compiled
+for the Raspberry Pi profiles its hot loop holds the board's instruction (sdot, smull,
+vmull.s8) and its outputs under qemu-user equal the host's."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from packager import te
+from packager.codegen import build_kernel, codegen_c
+from packager.codegen.build import INCLUDE, SCRATCH, SERIAL_PARALLEL_FOR
+from packager.lowering import schedule_for
+from packager.ops.int8_intrin import dot4_intrin
+from packager.target import CpuTarget
+from packager.te.tensorize import TensorizeError
+from tests.ops.harness import build
+
+HOST_FLAGS = ("-O2", "-fPIC", "-std=c99", "-march=native")
+
+
+def _cpu_flags() -> set[str]:
+    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    m = re.search(r"^flags\s*:(.*)$", text, re.M)
+    return set(m.group(1).split()) if m else set()
+
+
+def qconv_case(act: str, lanes: int, c=12, oc=20, hw=7, k=3, stride=1, seed=0):
+    """Inputs (x, packed w, requantize table) and attrs of a padded qconv2d whose input
+    channels are not a multiple of 4 and output channels not a multiple of L."""
+    rng = np.random.default_rng(seed)
+    lo, hi = (0, 256) if act == "uint8" else (-128, 128)
+    x = rng.integers(lo, hi, (1, c, hw, hw)).astype(act)
+    w = rng.integers(-128, 128, (-(-oc // lanes), -(-c // 4), k, k, lanes, 4)).astype(np.int8)
+    w[:, -1, :, :, :, c % 4 or 4 :] = 0  # channels past c: zero weights, as packed
+    rq = np.zeros((7, w.shape[0] * lanes), np.int64)
+    rq[0] = rng.integers(2**30, 2**31, rq.shape[1])
+    rq[1], rq[2] = 38, 1 << 37
+    rq[3], rq[4] = -(2**62), 2**62
+    rq[6] = rng.integers(-5000, 5000, rq.shape[1])
+    attrs = dict(strides=[stride] * 2, pads=[1] * 4, oc=oc, x_zp=3, y_zp=-2, out_dtype="int8")
+    return [x, w, rq], attrs
+
+
+def qconv_func(inputs, attrs, target: CpuTarget | None):
+    phs, outs = build("qconv2d", inputs, attrs)
+    if target is None:
+        sch = te.default_schedule(outs)
+    else:
+        sch = schedule_for(outs, ("qconv2d", attrs, outs[0]), target)
+    return te.lower(sch, [*phs, *outs], "k_qconv"), outs[0]
+
+
+def run_host(inputs, attrs, target, cflags=HOST_FLAGS) -> np.ndarray:
+    func, out = qconv_func(inputs, attrs, target)
+    got = np.empty(out.shape, np.int8)
+    build_kernel(func, cflags)(*inputs, got)
+    return got
+
+
+# --- the primitive ------------------------------------------------------------------
+
+
+def test_mismatched_nest_is_refused_naming_stage_and_operand():
+    """A dot product whose activations are 4 apart, not adjacent as declared."""
+    a = te.placeholder((16,), "uint8", "act")
+    w = te.placeholder((16, 4), "int8", "wt")
+    k = te.reduce_axis(4, "k")
+    out = te.compute(
+        (16,),
+        lambda j: te.sum(te.cast("int32", a[k * 4]) * te.cast("int32", w[(j, k)]), [k]),
+        name="strided_dot",
+    )
+    sch = te.create_schedule(out)
+    sch[out].reorder(k, out.op.axis[0])  # the reduction outside the lanes, as in a tile
+    sch[out].tensorize(k, dot4_intrin("uint8", 16, CpuTarget(vector_bits=512)))
+    with pytest.raises(
+        TensorizeError,
+        match=r"tensorize strided_dot with .*: act is read "
+        r"with strides \[0, 4\].*the intrinsic's a with \[0, 1\]",
+    ):
+        te.lower(sch, [a, w, out], "k")
+
+
+def test_wrong_activation_type_is_refused():
+    a = te.placeholder((4,), "int8", "act")
+    w = te.placeholder((8, 4), "int8", "wt")
+    k = te.reduce_axis(4, "k")
+    out = te.compute(
+        (8,),
+        lambda j: te.sum(te.cast("int32", a[k]) * te.cast("int32", w[(j, k)]), [k]),
+        name="sdot8",
+    )
+    sch = te.create_schedule(out)
+    sch[out].reorder(k, out.op.axis[0])
+    sch[out].tensorize(k, dot4_intrin("uint8", 8, CpuTarget(vector_bits=256)))
+    with pytest.raises(
+        TensorizeError, match="tensorize sdot8 .*act is int8, the intrinsic's a is uint8"
+    ):
+        te.lower(sch, [a, w, out], "k")
+
+
+# --- host: every x86 body equals the simple schedule -----------------------------------
+
+X86 = [
+    ("uint8", 16, ("avx512_vnni",), "vpdpbusd", "avx512_vnni"),
+    ("uint8", 8, ("avx_vnni",), "vpdpbusd", "avx_vnni"),
+    ("int8", 16, ("avx2",), "vpmaddwd", "avx2"),
+    ("uint8", 8, ("avx2",), "vpmaddwd", "avx2"),
+]
+
+
+@pytest.mark.parametrize("act,lanes,feats,insn,need", X86)
+def test_tensorized_qconv_is_bit_exact_on_host(act, lanes, feats, insn, need):
+    if need not in _cpu_flags():
+        pytest.skip(f"this machine has no {need}")
+    inputs, attrs = qconv_case(act, lanes)
+    target = CpuTarget(vector_bits=32 * lanes, features=feats)
+    func, _ = qconv_func(inputs, attrs, target)
+    src = codegen_c(func)
+    assert re.search(r"pk_dot4_\w+\(&qconv_acc", src), "the conv tile calls the intrinsic"
+    want = run_host(inputs, attrs, None)
+    got = run_host(inputs, attrs, target)
+    np.testing.assert_array_equal(got, want)
+    obj_asm = _host_asm(src)
+    assert re.search(insn, obj_asm), f"no {insn} in the kernel"
+
+
+def _host_asm(src: str) -> str:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        c, o = Path(d) / "k.c", Path(d) / "k.o"
+        c.write_text(src)
+        subprocess.run(
+            ["cc", *HOST_FLAGS, "-I", str(INCLUDE), "-c", str(c), "-o", str(o)], check=True
+        )
+        return subprocess.run(
+            ["objdump", "-d", str(o)], capture_output=True, text=True, check=True
+        ).stdout
+
+
+# --- cross builds: the board's instruction, outputs equal under qemu --------------------
+
+ARM = {  # board: (target, cc, flags, objdump, qemu, instruction, act)
+    "rpi5": (
+        "aarch64",
+        ("asimd", "asimddp"),
+        "aarch64-linux-gnu-gcc",
+        ["-mcpu=cortex-a76"],
+        "aarch64-linux-gnu-objdump",
+        "qemu-aarch64",
+        r"\bsdot\s+v\d+\.4s",
+        "int8",
+    ),
+    "rpi4": (
+        "aarch64",
+        ("asimd",),
+        "aarch64-linux-gnu-gcc",
+        ["-mcpu=cortex-a72"],
+        "aarch64-linux-gnu-objdump",
+        "qemu-aarch64",
+        r"\bsmull2?\s+v\d+\.8h",
+        "int8",
+    ),
+    "rpi4-u8": (
+        "aarch64",
+        ("asimd",),
+        "aarch64-linux-gnu-gcc",
+        ["-mcpu=cortex-a72"],
+        "aarch64-linux-gnu-objdump",
+        "qemu-aarch64",
+        r"\bsmull2?\s+v\d+\.4s",
+        "uint8",
+    ),
+    "rpi3": (
+        "armv7",
+        ("neon",),
+        "arm-linux-gnueabihf-gcc",
+        ["-mcpu=cortex-a53", "-mfpu=neon-fp-armv8", "-mfloat-abi=hard"],
+        "arm-linux-gnueabihf-objdump",
+        "qemu-arm",
+        r"\bvmull\.s8\b",
+        "int8",
+    ),
+}
+
+MAIN = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "pk_kernel.h"
+int32_t k_qconv(void *const *args);
+static void *slurp(const char *path, size_t n) {
+    void *p = malloc(n);
+    FILE *f = fopen(path, "rb");
+    if (!f || fread(p, 1, n, f) != n) exit(3);
+    fclose(f);
+    return p;
+}
+int main(int argc, char **argv) {
+    void *args[4];
+    for (int i = 0; i < 3; ++i) args[i] = slurp(argv[1 + i], (size_t)atol(argv[5 + i]));
+    size_t n = (size_t)atol(argv[8]);
+    args[3] = malloc(n);
+    if (k_qconv(args)) return 4;
+    FILE *f = fopen(argv[4], "wb");
+    fwrite(args[3], 1, n, f);
+    fclose(f);
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("board", sorted(ARM))
+def test_cross_compiled_qconv_has_board_instruction_and_matches_host(board, tmp_path):
+    arch, feats, cc, flags, objdump, qemu, insn, act = ARM[board]
+    for tool in (cc, objdump, qemu):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} not installed (bash scripts/setup.sh)")
+    inputs, attrs = qconv_case(act, 4, seed=3)
+    target = CpuTarget(arch=arch, vector_bits=128, features=feats)
+    func, out = qconv_func(inputs, attrs, target)
+    src = tmp_path / "k.c"
+    src.write_text(codegen_c(func))
+    obj = tmp_path / "k.o"
+    common = ["-O2", "-std=c99", *flags, "-I", str(INCLUDE)]
+    subprocess.run([cc, *common, "-c", str(src), "-o", str(obj)], check=True)
+    asm = subprocess.run(
+        [objdump, "-d", str(obj)], capture_output=True, text=True, check=True
+    ).stdout
+    assert len(re.findall(insn, asm)) >= 1, f"no {insn} in the {board} kernel"
+
+    main = tmp_path / "main.c"
+    main.write_text(MAIN)
+    exe = tmp_path / "k"
+    subprocess.run(
+        [
+            cc,
+            *common,
+            "-static",
+            str(main),
+            str(src),
+            str(SERIAL_PARALLEL_FOR),
+            str(SCRATCH),
+            "-o",
+            str(exe),
+            "-lm",
+        ],
+        check=True,
+    )
+    files = []
+    for i, a in enumerate(inputs):
+        p = tmp_path / f"in{i}.bin"
+        p.write_bytes(np.ascontiguousarray(a).tobytes())
+        files.append(str(p))
+    n = int(np.prod(out.shape))
+    result = tmp_path / "out.bin"
+    sizes = [str(np.ascontiguousarray(a).nbytes) for a in inputs]
+    subprocess.run([qemu, str(exe), *files, str(result), *sizes, str(n)], check=True, timeout=120)
+    got = np.frombuffer(result.read_bytes(), np.int8).reshape(out.shape)
+    want = run_host(inputs, attrs, None)
+    np.testing.assert_array_equal(got, want)
