@@ -158,3 +158,33 @@ def stft(ctx, node):
     nodes.append(ctx.node("frame", node, [flat], outputs=[rows], **cut))
     shape = [batch, frames, basis.shape[1] // 2, 2]
     return nodes + _product(ctx, node, rows, count, basis, shape, node.output[0])[0]
+
+
+# A one-channel 1-D Conv with a kernel at least this long is a framing (a DFT basis or a
+# learned filterbank over audio): as frames times the filters it runs at gemm speed,
+# where the conv schedules, built for many channels and short kernels, ran at 1 GFLOP/s.
+FRAMING_MIN_KERNEL = 64
+
+
+def conv_as_frames(ctx, node, attrs: dict):
+    """The nodes of a Conv (N, 1, T) * (C, 1, K) as frames x filters, or None when the
+    Conv is not such a framing (more channels, groups, dilation, padding, runtime
+    weights or a short kernel)."""
+    x, w = ctx.value(node.input[0]), ctx.value(node.input[1])
+    bias = ctx.input_value(node, 2)
+    plain = attrs["dilations"] == [1] and not any(attrs["pads"])
+    if len(x.shape) != 3 or x.shape[1] != 1 or w.shape[2] < FRAMING_MIN_KERNEL or not plain:
+        return None
+    if not w.is_const or (bias is not None and not bias.is_const):
+        return None
+    (batch, _, length), (chans, _, size), hop = x.shape, w.shape, attrs["strides"][0]
+    frames = (length - size) // hop + 1
+    nodes = []
+    flat = _reshape(ctx, node, node.input[0], [batch, length], nodes)
+    rows, count = ctx.fresh("frames"), batch * frames + -(batch * frames) % ROW_ALIGN
+    nodes.append(ctx.node("frame", node, [flat], outputs=[rows], size=size, hop=hop, rows=count))
+    basis = np.asarray(w.data, np.float64).reshape(chans, size).T
+    b = None if bias is None else np.asarray(bias.data)
+    more, y = _product(ctx, node, rows, count, basis, [batch, frames, chans], bias=b)
+    _transpose(ctx, node, y, [0, 2, 1], more, output=node.output[0])
+    return nodes + more
