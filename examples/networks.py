@@ -280,7 +280,7 @@ def mel_stft(
     power = b.op("ReduceSumSquare", [spec], axes=[-1], keepdims=0)
     args = [mels, n_fft, rate, 20.0, rate / 2]
     names = ["mels", "dft", "rate"]
-    ins = [b.param_int(v, h) for v, h in zip(args[:3], names)]
+    ins = [b.param_int(v, h) for v, h in zip(args[:3], names, strict=True)]
     ins += [b.param(args[3], "lo"), b.param(args[4], "hi")]
     mel = b.op("MatMul", [power, b.op("MelWeightMatrix", ins)])
     mel = b.op("Add", [mel, b.param(1e-6, "eps")])
