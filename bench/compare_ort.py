@@ -11,6 +11,7 @@ ratio bundle/ORT.
     python bench/compare_ort.py --models resnet18 --threads 1 --rounds 5
     python bench/compare_ort.py --models resnet18 --threads 1 --ram-mb 512  # small board
     python bench/compare_ort.py --models lstm2 --threads 1 --repeat 200
+    python bench/compare_ort.py --models mel_conv mel_stft mel_dft --threads 1 --repeat 200
 """
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ MODELS = {
     "resnet18": lambda: networks.resnet(blocks=(2, 2, 2, 2), width=64, size=224, classes=1000),
     # 2-layer LSTM, hidden 128, 16 steps, batch 1 (unrolled: 32 cell kernels a run)
     "lstm2": lambda: networks.lstm_lm(steps=16, hidden=128, layers=2, batch=1, vocab=None),
+    # log-mel front ends of 1 s of 16 kHz audio, hop 160: a strided-Conv DFT (n_fft 512,
+    # 40 mels), ONNX STFT (n_fft 512, 40 mels) and DFT on gathered frames (n_fft 400, 80 mels)
+    "mel_conv": networks.mel_conv,
+    "mel_stft": networks.mel_stft,
+    "mel_dft": networks.mel_dft,
 }
 
 

@@ -208,3 +208,101 @@ def lstm_lm(
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
+
+
+def _mel_filterbank(n_fft: int, mels: int, rate: int) -> np.ndarray:
+    """Triangular mel filters on the one-sided DFT bins, (n_fft // 2 + 1, mels)."""
+    bins = n_fft // 2 + 1
+    mel = np.linspace(0.0, 2595.0 * np.log10(1.0 + rate / 2 / 700.0), mels + 2)
+    hz = 700.0 * (10.0 ** (mel / 2595.0) - 1.0)
+    freqs = np.linspace(0.0, rate / 2, bins)
+    lo, mid, hi = hz[:-2, None], hz[1:-1, None], hz[2:, None]
+    up = (freqs[None] - lo) / (mid - lo)
+    down = (hi - freqs[None]) / (hi - mid)
+    return np.maximum(0.0, np.minimum(up, down)).T.astype(np.float32)
+
+
+def _hann(n: int) -> np.ndarray:
+    return (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n) / n)).astype(np.float32)
+
+
+def _finish_mel(b: NetBuilder, power: str, name: str, samples: int, frames: int, mels: int):
+    graph = helper.make_graph(
+        b.nodes,
+        name,
+        [helper.make_tensor_value_info("audio", TensorProto.FLOAT, [1, samples])],
+        [helper.make_tensor_value_info(power, TensorProto.FLOAT, [1, frames, mels])],
+        b.inits,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", b.opset)], producer_name="packager-examples"
+    )
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def mel_conv(
+    samples: int = 16000, n_fft: int = 512, hop: int = 160, mels: int = 40, rate: int = 16000
+) -> onnx.ModelProto:
+    """A log-mel front end as torchaudio exports it: reflect padding, the windowed DFT as a
+    strided Conv with a fixed cosine/sine basis, real and imaginary parts squared and
+    added, the mel filterbank MatMul, a floor and the Log. Input ``audio`` (1, samples);
+    output (1, frames, mels)."""
+    b = NetBuilder(opset=13)
+    bins = n_fft // 2 + 1
+    t = np.arange(n_fft)[None] * np.arange(bins)[:, None] * (2 * np.pi / n_fft)
+    basis = np.concatenate([np.cos(t), -np.sin(t)]) * _hann(n_fft)[None]
+    x = b.op("Unsqueeze", ["audio", b.param_int([1], "axis")])
+    pads = b.param_int([0, 0, n_fft // 2, 0, 0, n_fft // 2], "pads")
+    x = b.op("Pad", [x, pads], mode="reflect")
+    spec = b.op("Conv", [x, b.param(basis[:, None, :], "dft")], strides=[hop])
+    re, im = b.op("Split", [spec, b.param_int([bins, bins], "split")], n_out=2, axis=1)
+    two = b.param(2.0, "two")
+    power = b.op("Add", [b.op("Pow", [re, two]), b.op("Pow", [im, two])])
+    power = b.op("Transpose", [power], perm=[0, 2, 1])
+    mel = b.op("MatMul", [power, b.param(_mel_filterbank(n_fft, mels, rate), "mel")])
+    mel = b.op("Clip", [mel, b.param(1e-10, "floor")])
+    frames = samples // hop + 1
+    return _finish_mel(b, b.op("Log", [mel]), "mel_conv", samples, frames, mels)
+
+
+def mel_stft(
+    samples: int = 16000, n_fft: int = 512, hop: int = 160, mels: int = 40, rate: int = 16000
+) -> onnx.ModelProto:
+    """A log-mel front end with ONNX's own STFT (opset 17): a HannWindow, the STFT,
+    ReduceSumSquare over the (real, imaginary) axis, MelWeightMatrix and the Log."""
+    b = NetBuilder(opset=17)
+    x = b.op("Unsqueeze", ["audio", b.param_int([2], "axis")])
+    window = b.op("HannWindow", [b.param_int(n_fft, "size")])
+    step, length = b.param_int(hop, "step"), b.param_int(n_fft, "length")
+    spec = b.op("STFT", [x, step, window, length], onesided=1)
+    power = b.op("ReduceSumSquare", [spec], axes=[-1], keepdims=0)
+    args = [mels, n_fft, rate, 20.0, rate / 2]
+    names = ["mels", "dft", "rate"]
+    ins = [b.param_int(v, h) for v, h in zip(args[:3], names, strict=True)]
+    ins += [b.param(args[3], "lo"), b.param(args[4], "hi")]
+    mel = b.op("MatMul", [power, b.op("MelWeightMatrix", ins)])
+    mel = b.op("Add", [mel, b.param(1e-6, "eps")])
+    frames = (samples - n_fft) // hop + 1
+    return _finish_mel(b, b.op("Log", [mel]), "mel_stft", samples, frames, mels)
+
+
+def mel_dft(
+    samples: int = 16000, n_fft: int = 400, hop: int = 160, mels: int = 80, rate: int = 16000
+) -> onnx.ModelProto:
+    """A log-mel front end with ONNX's DFT on frames cut by a Gather: the window as a Mul,
+    a one-sided DFT (opset 17), Pow 2 and ReduceSum over the complex axis, the mel
+    MatMul, a Max floor and the Log."""
+    b = NetBuilder(opset=17)
+    frames = (samples - n_fft) // hop + 1
+    index = np.arange(frames)[:, None] * hop + np.arange(n_fft)[None]
+    x = b.op("Gather", ["audio", b.param_int(index, "frames")], axis=1)
+    x = b.op("Mul", [x, b.param(_hann(n_fft), "window")])
+    x = b.op("Unsqueeze", [x, b.param_int([3], "axis")])
+    spec = b.op("DFT", [x], axis=2, onesided=1)
+    power = b.op("Pow", [spec, b.param(2.0, "two")])
+    power = b.op("ReduceSum", [power, b.param_int([3], "axis")], keepdims=0)
+    mel = b.op("MatMul", [power, b.param(_mel_filterbank(n_fft, mels, rate), "mel")])
+    mel = b.op("Max", [mel, b.param(1e-10, "floor")])
+    return _finish_mel(b, b.op("Log", [mel]), "mel_dft", samples, frames, mels)

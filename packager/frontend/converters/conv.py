@@ -5,6 +5,7 @@ from __future__ import annotations
 from ._common import check_attrs
 from ._window import kernel_shape, same_pads, window_attrs
 from .registry import converter
+from .spectral import conv_as_frames
 
 _WINDOW = {"auto_pad", "dilations", "kernel_shape", "pads", "strides"}
 
@@ -39,6 +40,8 @@ def conv(ctx, node):
     if x.shape[1] != w.shape[1] * group or w.shape[0] % group:
         ctx.fail(node, f"group={group} does not fit input {list(x.shape)}, weight {list(w.shape)}")
     attrs = window_attrs(ctx, node, x.shape[2:], kernel)
+    if group == 1 and (framed := conv_as_frames(ctx, node, attrs)):
+        return framed
     return [ctx.node("conv", node, _inputs(node), groups=group, **attrs)]
 
 
