@@ -170,8 +170,14 @@ def qconv2d(inputs, attrs):
     cg = x.shape[1] // groups
     mg = oc // groups
     extra = ncb * k4 - cg  # channels read past a group's end (zero weights): keep in bounds
+    # depthwise (one input and one output channel per group): the padded input is
+    # blocked like the accumulator, (N, C'/L, H', W', L), so a block of L channels is
+    # one contiguous vector at every tap
+    depthwise = groups > 1 and cg == 1 and mg == 1 and ncb * k4 == 1
     if groups == 1:
         xp = _pad_in_quads(x, before, after, ncb, k4, int(attrs["x_zp"]))
+    elif depthwise:
+        xp = _pad_in_quads(x, before, after, nb, lanes, int(attrs["x_zp"]))
     else:
         xp = pad_tensor(
             x, [0, 0, *before], [0, extra, *after], value=int(attrs["x_zp"]), name="qconv_pad"
@@ -191,7 +197,12 @@ def qconv2d(inputs, attrs):
             c = g * cg + c
         ih = window_index(oh, rk[0], strides[0], dilations[0])
         iw = window_index(ow, rk[1], strides[1], dilations[1])
-        a = xp[(n, rcb, ih, iw, rci)] if groups == 1 else xp[(n, c, ih, iw)]
+        if groups == 1:
+            a = xp[(n, rcb, ih, iw, rci)]
+        elif depthwise:
+            a = xp[(n, ob, ih, iw, oi)]
+        else:
+            a = xp[(n, c, ih, iw)]
         prod = _widen(a) * _widen(w[(ob, rcb, rk[0], rk[1], oi, rci)])
         return te.sum(prod, [rcb, *rk, rci])
 
@@ -200,7 +211,12 @@ def qconv2d(inputs, attrs):
         f,
         name="qconv_acc",
         tag="qconv",
-        attrs={"groups": groups, "strides": strides, "dilations": dilations},
+        attrs={
+            "groups": groups,
+            "strides": strides,
+            "dilations": dilations,
+            "depthwise": depthwise,
+        },
     )
 
     def out(n, m, oh, ow):
@@ -332,6 +348,8 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     the requantize epilogue then stores the tile. The padded input is made once at root
     so the intrinsic reads plain memory. Grouped convs keep the simple schedule."""
     acc = find_tagged(ctx.anchor, "qconv")
+    if acc is not None and acc.op.attrs.get("depthwise") and len(ctx.outs) == 1:
+        return _depthwise_qconv(ctx, acc)
     if acc is None or acc.op.attrs.get("groups", 1) != 1:
         return _simple_qconv(ctx)
     pad = next((t for t in acc.op.input_tensors if t.op.name.startswith("qconv_pad")), None)
@@ -394,4 +412,37 @@ def schedule_qdense_cpu(ctx: ScheduleContext) -> te.Schedule:
     st.reorder(*arows, rkb, jb, jl, rki)
     st.unroll(jb)
     st.tensorize(jl, dot4_intrin(x.dtype, lanes, ctx.target))
+    return sch
+
+
+DW_TILE = 8  # depthwise: output columns per tile (one int32 vector each)
+
+
+def _depthwise_qconv(ctx: ScheduleContext, acc: te.Tensor) -> te.Schedule:
+    """Depthwise: per tile of ``qtile_ow`` output columns of one block of L channels,
+    the window taps outside and the columns inside, each column's L accumulators one
+    vector (multiply-add of the blocked input's contiguous L activations and the L
+    weights of the tap), then the epilogue stores the tile. The blocked padded input is
+    made once at root."""
+    pad = next(t for t in acc.op.input_tensors if t.op.name.startswith("qconv_pad"))
+    cfg, out = ctx.cfg, ctx.outs[0]
+    cols, lanes = acc.shape[3], acc.shape[4]
+    t_ow = cfg.define_split("qtile_ow", cols, _default_tile(1, cols, DW_TILE)[1], most=32)
+    sch = te.create_schedule(ctx.outs)
+    _inline_rest(sch, [acc, pad])
+    padded_copy_at_root(sch[pad], ctx.target.cores > 1, True)
+    st_out = sch[out]
+    n, m, oh, ow = st_out.op.axis
+    mo, mi = st_out.split(m, lanes)
+    owo, owi = st_out.split(ow, t_ow)
+    st_out.reorder(n, mo, oh, owo, mi, owi)
+    if ctx.target.cores > 1:
+        st_out.parallel(st_out.fuse(n, mo, oh))
+    st = sch[acc]
+    st.compute_at(st_out, owo)
+    an, ob, aoh, aow, oi = st.op.axis
+    rcb, rk0, rk1, rci = st.op.reduce_axis
+    st.reorder(an, ob, aoh, rcb, rci, rk0, rk1, aow, oi)
+    st.unroll(aow)
+    st.vectorize(oi)
     return sch

@@ -182,7 +182,10 @@ class _Matcher:
         if bias is None:
             return None
         oc, cg = w.shape[:2]
-        k4 = min(4, cg)
+        # a full conv's channels pad to whole quads (zero weights; the padded input
+        # reads x_zp there) so even a 3-channel stem runs on the dot-product intrinsic
+        groups = int(node.attrs.get("groups", 1))
+        k4 = 4 if groups == 1 else min(4, cg)
         packed = pack_conv_int8(w, self.lanes, k4)
         corr = bias - x[2] * w.reshape(oc, -1).astype(np.int64).sum(1)
         rq = self.rq_table(acc_scale, corr, yq, act, residual, packed.shape[0] * self.lanes)

@@ -1,0 +1,88 @@
+"""The integer conv's CPU schedules beyond the dense tensorized tile: depthwise convs
+read a blocked padded input one vector per tap, and a 3-channel stem packs its channels
+in quads so it runs on the dot-product intrinsic. Each equals the simple schedule."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from packager.codegen import codegen_c
+from packager.frontend.importer import import_onnx
+from packager.graph.passes.quantize import quantize
+from packager.target import CpuTarget
+from tests.test_tensorize import qconv_func, run_host
+
+
+def depthwise_case(act: str, lanes: int, c=20, hw=9, stride=1, seed=0):
+    """A padded depthwise qconv2d whose channels are not a multiple of L."""
+    rng = np.random.default_rng(seed)
+    lo, hi = (0, 256) if act == "uint8" else (-128, 128)
+    x = rng.integers(lo, hi, (1, c, hw, hw)).astype(act)
+    nb = -(-c // lanes)
+    w = rng.integers(-128, 128, (nb, 1, 3, 3, lanes, 1)).astype(np.int8)
+    w.reshape(nb * lanes, -1)[c:] = 0  # padded channels: zero weights, as packed
+    w = np.ascontiguousarray(w.reshape(nb, lanes, 3, 3).transpose(0, 2, 3, 1))
+    w = w.reshape(nb, 1, 3, 3, lanes, 1)
+    rq = np.zeros((7, nb * lanes), np.int64)
+    rq[0] = rng.integers(2**30, 2**31, rq.shape[1])
+    rq[1], rq[2] = 34, 1 << 33
+    rq[3], rq[4] = 0, 2**62  # a fused relu
+    rq[6] = rng.integers(-5000, 5000, rq.shape[1])
+    attrs = dict(
+        strides=[stride] * 2, pads=[1] * 4, groups=c, oc=c, x_zp=5, y_zp=-3, out_dtype="int8"
+    )
+    return [x, w, rq], attrs
+
+
+@pytest.mark.parametrize("act,lanes,stride", [("uint8", 16, 1), ("int8", 8, 2), ("uint8", 4, 2)])
+def test_depthwise_reads_a_blocked_input_and_equals_the_simple_schedule(act, lanes, stride):
+    inputs, attrs = depthwise_case(act, lanes, stride=stride)
+    target = CpuTarget(vector_bits=32 * lanes, features=())
+    func, _ = qconv_func(inputs, attrs, target)
+    src = codegen_c(func)
+    # the blocked padded copy is a buffer of its own; the tap reads it at the lane index
+    assert re.search(r"qconv_pad\[[^\]]*qconv_acc_i4\)?\]", src), "no blocked input read"
+    want = run_host(inputs, attrs, None)
+    np.testing.assert_array_equal(run_host(inputs, attrs, target), want)
+    assert (want == -3).any() and (want != -3).any()  # the relu bound and real values
+
+
+def _qdq_conv(c: int) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    w = rng.integers(-127, 128, (8, c, 3, 3)).astype(np.int8)
+    inits = [
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(np.full(8, 0.01, np.float32), "ws"),
+        numpy_helper.from_array(np.zeros(8, np.int8), "wz"),
+        numpy_helper.from_array(np.float32(0.02), "s"),
+        numpy_helper.from_array(np.uint8(128), "z"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
+        helper.make_node("Conv", ["xd", "wd"], ["y"], pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", ["y", "s", "z"], ["yq"]),
+        helper.make_node("DequantizeLinear", ["yq", "s", "z"], ["out"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "stem",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 8, 8])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 8, 8, 8])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+
+
+def test_three_channel_stem_packs_its_channels_in_quads():
+    graph = quantize(import_onnx("stem.onnx", model=_qdq_conv(3)))
+    (node,) = [n for n in graph.nodes if n.op == "qconv2d"]
+    w = graph.values[node.inputs[1]].data
+    assert w.shape[1] == 1 and w.shape[-1] == 4  # one quad, its 4th channel zero
+    assert not w[..., 3].any()
