@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from packager import te
+from packager.boards import load_board
 from packager.ops.knobs import Config
 from packager.ops.opencl.conv import schedule_conv2d_nchwc_opencl, schedule_depthwise_opencl
 from packager.ops.registry import ScheduleContext, get_op
+from packager.target import Target
 
 from .opencl_harness import MALI, assert_close, epilogue, run_opencl
 
@@ -222,3 +224,57 @@ def test_knob_space_declares_the_mali_defaults():
         "group_size": 64,
         "group_shape": "flat",
     }
+
+
+# This machine's PoCL device as the host-opencl profile describes it (8 preferred lanes).
+POCL = Target.opencl(load_board("host-opencl"))
+
+
+def _conv_defaults(x_shape, w_shape, attrs, target) -> dict:
+    x = te.placeholder(x_shape, "float32", "x")
+    w = te.placeholder(w_shape, "float32", "w")
+    out = get_op("conv2d_nchwc").compute([x, w], attrs)[0]
+    cfg = Config()
+    schedule_conv2d_nchwc_opencl(ScheduleContext([out], out, {}, cfg, target))
+    return cfg.as_dict()
+
+
+@pytest.mark.parametrize("target", [MALI, POCL], ids=["mali", "pocl"])
+@pytest.mark.parametrize(
+    "blocks, width, tile",
+    [
+        (64, 7, (1, 7)),  # a 7-wide row is one tile: no 2x1 tile of two accumulators
+        (125, 13, (1, 13)),  # a prime width and a block count without small divisors
+        (32, 14, (4, 2)),
+        (16, 56, (2, 4)),
+    ],
+)
+def test_default_tiles_fill_the_accumulator_budget_for_awkward_widths(blocks, width, tile, target):
+    lanes = 4 if target is MALI else 8
+    attrs = {"pads": [1, 1, 1, 1]}
+    shape = (1, 8, width, width, lanes)
+    got = _conv_defaults(shape, (blocks, 8, 3, 3, lanes, lanes), attrs, target)
+    assert (got["tile_oc"], got["tile_ow"]) == tile
+
+
+def test_a_stem_with_few_input_lanes_gets_a_wider_tile_where_vectors_are_wide():
+    """Three unblocked input channels: one multiply-add per accumulator and step, so a
+    device preferring 8 lanes doubles the tile; Mali keeps its 8 float4s."""
+    attrs = {"pads": [3, 3, 3, 3], "strides": [2, 2]}
+    got = _conv_defaults((1, 3, 224, 224, 1), (8, 3, 7, 7, 1, 8), attrs, POCL)
+    assert (got["tile_oc"], got["tile_ow"]) == (4, 4)
+    got = _conv_defaults((1, 3, 224, 224, 1), (16, 3, 7, 7, 1, 4), attrs, MALI)
+    assert (got["tile_oc"], got["tile_ow"]) == (2, 4)
+
+
+def test_wide_default_tiles_compute_the_conv():
+    """The defaults a 13-wide row and a 7-wide row get on PoCL, run there."""
+    for width in (7, 13):
+        res = run_opencl(
+            "conv2d_nchwc",
+            {"pads": [1, 1, 1, 1]},
+            _nchwc(1, 16, width, width, 8, 24, 3, 3, 8),
+            target=POCL,
+        )
+        assert_close(res)
+        assert "float conv_nchwc_local[" in res.source
