@@ -239,32 +239,34 @@ def _conv_defaults(x_shape, w_shape, attrs, target) -> dict:
     return cfg.as_dict()
 
 
-@pytest.mark.parametrize("target", [MALI, POCL], ids=["mali", "pocl"])
 @pytest.mark.parametrize(
-    "blocks, width, tile",
+    "blocks, width, mali, pocl",
     [
-        (64, 7, (1, 7)),  # a 7-wide row is one tile: no 2x1 tile of two accumulators
-        (125, 13, (1, 13)),  # a prime width and a block count without small divisors
-        (32, 14, (4, 2)),
-        (16, 56, (2, 4)),
+        # a 7-wide row is one tile (Mali had 2 blocks x 1 column: two accumulators)
+        (64, 7, (1, 7), (4, 7)),
+        # a prime width: whole rows, as many blocks as the budget holds
+        (125, 13, (1, 13), (1, 13)),
+        (32, 13, (1, 13), (2, 13)),
+        (32, 14, (4, 2), (4, 7)),
+        (16, 56, (2, 4), (4, 8)),
     ],
 )
-def test_default_tiles_fill_the_accumulator_budget_for_awkward_widths(blocks, width, tile, target):
-    lanes = 4 if target is MALI else 8
+def test_default_tiles_fill_the_accumulator_budget(blocks, width, mali, pocl):
+    """Mali: 8 float4 accumulators; PoCL's 8-lane vectors: 32 float8 (4x)."""
     attrs = {"pads": [1, 1, 1, 1]}
-    shape = (1, 8, width, width, lanes)
-    got = _conv_defaults(shape, (blocks, 8, 3, 3, lanes, lanes), attrs, target)
-    assert (got["tile_oc"], got["tile_ow"]) == tile
+    for target, lanes, tile in ((MALI, 4, mali), (POCL, 8, pocl)):
+        shape = (1, 8, width, width, lanes)
+        got = _conv_defaults(shape, (blocks, 8, 3, 3, lanes, lanes), attrs, target)
+        assert (got["tile_oc"], got["tile_ow"]) == tile, target.device
 
 
-def test_a_stem_with_few_input_lanes_gets_a_wider_tile_where_vectors_are_wide():
-    """Three unblocked input channels: one multiply-add per accumulator and step, so a
-    device preferring 8 lanes doubles the tile; Mali keeps its 8 float4s."""
-    attrs = {"pads": [3, 3, 3, 3], "strides": [2, 2]}
-    got = _conv_defaults((1, 3, 224, 224, 1), (8, 3, 7, 7, 1, 8), attrs, POCL)
-    assert (got["tile_oc"], got["tile_ow"]) == (4, 4)
-    got = _conv_defaults((1, 3, 224, 224, 1), (16, 3, 7, 7, 1, 4), attrs, MALI)
-    assert (got["tile_oc"], got["tile_ow"]) == (2, 4)
+def test_depthwise_default_tiles_double_where_vectors_are_wide():
+    x = te.placeholder((1, 16, 56, 56, 8), "float32", "x")
+    w = te.placeholder((16, 1, 3, 3, 1, 8), "float32", "w")
+    out = get_op("conv2d_nchwc").compute([x, w], {"pads": [1, 1, 1, 1], "groups": 128})[0]
+    cfg = Config()
+    schedule_conv2d_nchwc_opencl(ScheduleContext([out], out, {}, cfg, POCL))
+    assert (cfg.as_dict()["tile_oc"], cfg.as_dict()["tile_ow"]) == (1, 8)
 
 
 def test_wide_default_tiles_compute_the_conv():
