@@ -14,8 +14,9 @@ import pytest
 from packager import te
 from packager.codegen.build import compile_shared, have_compiler, load_kernel
 from packager.codegen.c import C, codegen_c
+from packager.codegen.opencl import codegen_opencl
 from packager.errors import PackagerError
-from packager.te.expr import INDEX, Const, Var
+from packager.te.expr import INDEX, Binary, Const, Select, Var
 from packager.te.ir import Allocate, Barrier, Buffer, BufferLoad, For, PrimFunc, Seq, Store
 
 # C with other names for its scalar types, a vector of N lanes spelled REAL_vN and
@@ -145,3 +146,56 @@ def test_thread_indices_barriers_and_scopes_are_the_table_s():
         < lines.index("sync_group();")
         < lines.index("x[tx] = tile[0];")
     )
+
+
+def test_opencl_private_arrays_take_whole_vectors_without_vload():
+    """A private array is declared aligned; its vector accesses at multiples of the lanes
+    are plain vector loads and stores (kept in registers), one at another index and
+    those of global buffers stay vloadN / vstoreN."""
+
+    def body(x):
+        v = Var("v", INDEX)
+        acc = Buffer("acc", "float32", (12,), scope="local")
+
+        def vec(stmt):
+            return For(v, Const(0, INDEX), Const(4, INDEX), "vectorized", stmt)
+
+        four, one = Const(4, INDEX), Const(1, INDEX)
+        return Allocate(
+            acc,
+            Seq(
+                [
+                    vec(Store(acc, v + four, BufferLoad(x, v))),
+                    vec(Store(acc, v + one, BufferLoad(x, v))),
+                    vec(Store(x, v, BufferLoad(acc, v + four) + BufferLoad(acc, v + one))),
+                ]
+            ),
+        )
+
+    src = codegen_opencl(_kernel("k_priv", body))
+    assert "float acc[12] __attribute__((aligned(64)));" in src
+    assert "*((__private float4*)(acc + 4)) = " in src
+    assert re.search(r"= \*\(\(__private float4\*\)\(acc \+ 4\)\);", src)
+    assert re.search(r"vstore4\(pk_t\d+, 0, acc \+ 1\);", src)  # index 1: unaligned
+    assert "vload4(0, acc + 1);" in src
+    assert "vload4(0, x + 0);" in src and "0, x + 0);" in src  # global: vloadN, vstoreN
+
+
+def test_opencl_guarded_loads_are_unconditional_loads_of_a_safe_index():
+    """A padding guard (cond ? x[i] : 0) loads x[cond ? i : 0] whatever the condition, then
+    selects: no branch around the load. C keeps the guarded load."""
+
+    def body(x):
+        i = Var("i", INDEX)
+        cond = Binary("<", i, Const(5, INDEX), "bool")
+        guarded = Select(cond, BufferLoad(x, i + Const(3, INDEX)), Const(0.0, "float32"), "float32")
+        return For(i, Const(0, INDEX), Const(8, INDEX), "serial", Store(x, i, guarded))
+
+    src = codegen_opencl(_kernel("k_pad", body))
+    m = re.search(r"const int (pk_t\d+) = \(i < 5\);", src)
+    assert m, src
+    c = m.group(1)
+    load = re.search(rf"const float (pk_t\d+) = x\[{c} \? \(i \+ 3\) : 0\];", src)
+    assert load, src
+    assert f"x[i] = ({c} ? {load.group(1)} : 0.0f);" in src
+    assert "? x[(i + 3)] : 0.0f" in codegen_c(_kernel("k_pad", body))

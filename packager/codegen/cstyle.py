@@ -30,6 +30,13 @@ through the runtime's thread pool), one of its few methods. The fields:
 * ``vector_load``: the statement that fills vector ``{dst}`` (of type ``{type}``) from
   ``{buf}[{index}]`` and on (``{lanes}`` elements, maybe unaligned); ``vector_store``: the
   one that writes vector ``{src}`` (of type ``{type}``) there.
+* ``aligned_vector_load`` / ``aligned_vector_store``: the same for a buffer the language
+  declared aligned (``Renderer.aligned``, e.g. a private array) at an index that is a
+  multiple of the lanes (a whole-vector access the compiler can keep in registers); None:
+  ``vector_load`` / ``vector_store`` everywhere.
+* ``speculate_guarded_loads``: ``cond ? buf[i] : constant`` (a padding guard) loads
+  ``buf[cond ? i : 0]`` unconditionally, then selects: no branch per padded load (GPUs
+  and PoCL's work-item loops run straight-line code faster).
 * ``vector_broadcast``: a vector of type ``{type}`` with ``{x}`` in every lane (``{elems}``
   is ``x, x, ...``); ``bitcast``: ``{x}`` reinterpreted as type ``{type}`` (the
   compare-mask blends of selects and min/max).
@@ -197,6 +204,9 @@ class Lang:
     vector_decl: str | None = None
     vector_load: str = ""
     vector_store: str = ""
+    aligned_vector_load: str | None = None
+    aligned_vector_store: str | None = None
+    speculate_guarded_loads: bool = False
     vector_broadcast: str = ""
     bitcast: str = "(({type}){x})"
     thread_index: dict = field(default_factory=dict)
@@ -313,6 +323,7 @@ class Renderer(StmtVisitor):
         self.heap: list[str] = []  # live heap buffers (freed on failure)
         self.n_tmp = 0
         self.simp = simp
+        self.aligned: set = set()  # buffers declared aligned to a whole vector of any width
 
     # --- naming ---
 
@@ -440,10 +451,21 @@ class Renderer(StmtVisitor):
             idx, val = self.expr_cse([base, st.value], vec=(s.var, lanes), vec_root=True)
             fill = dict(buf=self.name(st.buffer), index=idx, lanes=lanes)
             vt = self.mod.vec(st.buffer.dtype, lanes)
-            self.emit(self.lang.vector_store.format(src=val, type=vt, **fill))
+            store = self.lang.vector_store
+            if self.whole_vector(st.buffer, base, lanes):
+                store = self.lang.aligned_vector_store
+            self.emit(store.format(src=val, type=vt, **fill))
         self.depth -= 1
         self.emit("}")
         return True
+
+    def whole_vector(self, buf, index: Expr, lanes: int) -> bool:
+        """Whether a vector access of ``lanes`` at ``index`` of ``buf`` may use the
+        language's aligned form: ``buf`` is aligned and the index a multiple of lanes."""
+        if buf not in self.aligned or self.lang.aligned_vector_load is None:
+            return False
+        lin = self.simp.linear(self.simp(index))
+        return lin.const % lanes == 0 and all(c % lanes == 0 for _, c in lin.terms.values())
 
     # --- expressions ---
 
@@ -548,10 +570,14 @@ class _Printer:
         buf = self.r.name(e.buffer)
         if not self.is_vec(e):
             return f"{buf}[{self(e.index)}]"
-        base = self(self.r.simp(substitute(e.index, {self.vec[0]: Const(0, INDEX)})))
+        start = self.r.simp(substitute(e.index, {self.vec[0]: Const(0, INDEX)}))
+        base = self(start)
         t = self.r.temp(self.type_of(e), None)
         fill = dict(dst=t, type=self.type_of(e), buf=buf, index=base, lanes=self.vec[1])
-        self.r.emit(self.lang.vector_load.format(**fill))
+        load = self.lang.vector_load
+        if self.r.whole_vector(e.buffer, start, self.vec[1]):
+            load = self.lang.aligned_vector_load
+        self.r.emit(load.format(**fill))
         return t
 
     def _Unary(self, e: Unary) -> str:
@@ -565,7 +591,19 @@ class _Printer:
     def _Select(self, e: Select) -> str:
         if self.is_vec(e):
             return self._vector_select(e)
+        if self.lang.speculate_guarded_loads and _guarded_load(e):
+            return self._speculated_load(e)
         return f"({self(e.cond)} ? {self(e.t)} : {self(e.f)})"
+
+    def _speculated_load(self, e: Select) -> str:
+        """``cond ? buf[i] : c`` as an unconditional load of ``buf[cond ? i : 0]`` (the
+        first element exists: buffers are never empty) and a select: no branch around
+        every padded load, so the code around it stays straight-line."""
+        cond = self.r.temp(self.r.ctype("int32"), self(e.cond))
+        load = e.t
+        text = f"{self.r.name(load.buffer)}[{cond} ? {self(load.index)} : 0]"
+        value = self.r.temp(self.r.ctype(load.dtype), text)
+        return f"({cond} ? {value} : {self(e.f)})"
 
     def _vector_select(self, e: Select) -> str:
         """A select whose condition is the same for every lane (a padding guard): an
@@ -806,6 +844,11 @@ def _no_carried_dependence(s: For) -> bool:
 
 def _is_temp(text: str) -> bool:
     return text.startswith("pk_t") and text[4:].isdigit()
+
+
+def _guarded_load(e: Select) -> bool:
+    """A scalar load guarded by a condition, a constant otherwise (a padded input)."""
+    return isinstance(e.t, BufferLoad) and isinstance(e.f, Const)
 
 
 def _lane_compare(e: Select) -> bool:

@@ -10,7 +10,10 @@ Loops bound to ``blockIdx.d`` / ``threadIdx.d`` read ``get_group_id(d)`` /
 ``get_local_id(d)``; the launch (``launch_of``) has, per dimension, as many work-groups as
 the largest blockIdx extent and as many work-items per group as the largest threadIdx
 extent; a bound loop shorter than its dimension's launch is guarded. Vector loops use
-the built-in ``floatN`` types with ``vloadN`` / ``vstoreN`` (unaligned is fine).
+the built-in ``floatN`` types with ``vloadN`` / ``vstoreN`` (unaligned is fine), except
+on private arrays: they are declared aligned and read and written whole vectors at a
+time (index a multiple of the lanes) through vector pointers, which compilers keep in
+registers (PoCL splits vloadN/vstoreN on a private array into halves kept in memory).
 
 All OpenCL kernels of a bundle are one translation unit (``render_program``): helpers are
 defined once for all of them.
@@ -90,6 +93,10 @@ class OpenCLLang(Lang):
     vector_decl: str | None = None
     vector_load: str = "{dst} = vload{lanes}(0, {buf} + {index});"
     vector_store: str = "vstore{lanes}({src}, 0, {buf} + {index});"
+    # private arrays are declared aligned (allocate): see the module's docstring
+    speculate_guarded_loads: bool = True
+    aligned_vector_load: str | None = "{dst} = *((__private {type}*)({buf} + {index}));"
+    aligned_vector_store: str | None = "*((__private {type}*)({buf} + {index})) = {src};"
     vector_broadcast: str = "(({type})({x}))"
     bitcast: str = "as_{type}({x})"
     thread_index: dict = field(
@@ -125,7 +132,13 @@ class OpenCLLang(Lang):
                 f"kernel {r.kernel}: buffer {buf.name} needs {buf.size * SIZE[buf.dtype]} bytes "
                 f"per work-item (at most {PRIVATE_LIMIT_BYTES} on a GPU)"
             )
-        super().allocate(r, s)
+        if buf.scope == "shared":
+            super().allocate(r, s)
+            return
+        align = f"__attribute__((aligned({self.max_vector_bytes})))"
+        r.emit(f"{r.ctype(buf.dtype)} {r.name(buf)}[{buf.size}] {align};")
+        r.aligned.add(buf)
+        r.visit(s.body)
 
 
 OPENCL = OpenCLLang()

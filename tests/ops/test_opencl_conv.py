@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from packager import te
+from packager.boards import load_board
 from packager.ops.knobs import Config
 from packager.ops.opencl.conv import schedule_conv2d_nchwc_opencl, schedule_depthwise_opencl
 from packager.ops.registry import ScheduleContext, get_op
+from packager.target import Target
 
 from .opencl_harness import MALI, assert_close, epilogue, run_opencl
 
@@ -222,3 +224,59 @@ def test_knob_space_declares_the_mali_defaults():
         "group_size": 64,
         "group_shape": "flat",
     }
+
+
+# This machine's PoCL device as the host-opencl profile describes it (8 preferred lanes).
+POCL = Target.opencl(load_board("host-opencl"))
+
+
+def _conv_defaults(x_shape, w_shape, attrs, target) -> dict:
+    x = te.placeholder(x_shape, "float32", "x")
+    w = te.placeholder(w_shape, "float32", "w")
+    out = get_op("conv2d_nchwc").compute([x, w], attrs)[0]
+    cfg = Config()
+    schedule_conv2d_nchwc_opencl(ScheduleContext([out], out, {}, cfg, target))
+    return cfg.as_dict()
+
+
+@pytest.mark.parametrize(
+    "blocks, width, mali, pocl",
+    [
+        # a 7-wide row is one tile (Mali had 2 blocks x 1 column: two accumulators)
+        (64, 7, (1, 7), (4, 7)),
+        # a prime width: whole rows, as many blocks as the budget holds
+        (125, 13, (1, 13), (1, 13)),
+        (32, 13, (1, 13), (2, 13)),
+        (32, 14, (4, 2), (4, 7)),
+        (16, 56, (2, 4), (4, 8)),
+    ],
+)
+def test_default_tiles_fill_the_accumulator_budget(blocks, width, mali, pocl):
+    """Mali: 8 float4 accumulators; PoCL's 8-lane vectors: 32 float8 (4x)."""
+    attrs = {"pads": [1, 1, 1, 1]}
+    for target, lanes, tile in ((MALI, 4, mali), (POCL, 8, pocl)):
+        shape = (1, 8, width, width, lanes)
+        got = _conv_defaults(shape, (blocks, 8, 3, 3, lanes, lanes), attrs, target)
+        assert (got["tile_oc"], got["tile_ow"]) == tile, target.device
+
+
+def test_depthwise_default_tiles_double_where_vectors_are_wide():
+    x = te.placeholder((1, 16, 56, 56, 8), "float32", "x")
+    w = te.placeholder((16, 1, 3, 3, 1, 8), "float32", "w")
+    out = get_op("conv2d_nchwc").compute([x, w], {"pads": [1, 1, 1, 1], "groups": 128})[0]
+    cfg = Config()
+    schedule_conv2d_nchwc_opencl(ScheduleContext([out], out, {}, cfg, POCL))
+    assert (cfg.as_dict()["tile_oc"], cfg.as_dict()["tile_ow"]) == (1, 8)
+
+
+def test_wide_default_tiles_compute_the_conv():
+    """The defaults a 13-wide row and a 7-wide row get on PoCL, run there."""
+    for width in (7, 13):
+        res = run_opencl(
+            "conv2d_nchwc",
+            {"pads": [1, 1, 1, 1]},
+            _nchwc(1, 16, width, width, 8, 24, 3, 3, 8),
+            target=POCL,
+        )
+        assert_close(res)
+        assert "float conv_nchwc_local[" in res.source

@@ -30,11 +30,17 @@ from .common import (
     vector_tail,
 )
 
-# Register tile defaults (Mali-T860: 2 blocks x 4 columns = 8 float4 accumulators, well
-# inside its per-thread registers at full occupancy; a depthwise conv has one block per
-# input so wider rows reuse more of each loaded input vector).
-TILE_OC, TILE_OW, MOST_OC, MOST_OW = 2, 4, 4, 8
+# Register tile defaults, in accumulator vectors per work-item (tile_budget). Mali-T860:
+# 2 blocks x 4 columns = 8 float4s, well inside its per-thread registers at full
+# occupancy; a depthwise conv, one block per input, 1 x 4. A device preferring 8-lane
+# vectors (PoCL on AVX CPUs: a vector is one of 16-32 registers, work-items run one
+# after another) measured fastest with about 4x as many for dense convs (4 blocks x 8
+# columns: each padded input element loaded feeds 4 blocks' multiply-adds, each weight
+# vector 8 columns') and 2x for depthwise ones. Rows of a width with no divisor near the
+# budget (7, 13) are one tile of up to MOST_OW columns (register_tile).
+TILE_OC, TILE_OW, MOST_OC, MOST_OW = 2, 4, 4, 16
 DW_TILE_OC, DW_TILE_OW = 1, 4
+MOST_PLAIN_OC = 8  # channels per tile of a plain NCHW conv
 
 
 @register_schedule("conv2d_nchwc", "opencl")
@@ -44,7 +50,7 @@ def schedule_conv2d_nchwc_opencl(ctx: ScheduleContext) -> te.Schedule:
         return fallback(ctx)
     if is_depthwise(conv):
         return schedule_depthwise_opencl(ctx, conv)
-    made = _blocked_tiles(ctx, conv, TILE_OC, TILE_OW)
+    made = _blocked_tiles(ctx, conv, tile_budget(ctx.target, TILE_OC * TILE_OW, 2))
     if made is None:
         return fallback(ctx)
     sch, acc, t_oc, t_ow, vec, axes = made
@@ -75,7 +81,8 @@ def schedule_depthwise_opencl(ctx: ScheduleContext, conv: te.Tensor) -> te.Sched
     """Depthwise NCHW[x]c: one input block per output block, so the tile's vectors load
     input vectors directly (guarded at the border); the window is unrolled ("unroll_kw",
     on by default: 9 taps x the tile's columns)."""
-    made = _blocked_tiles(ctx, conv, DW_TILE_OC, DW_TILE_OW)
+    budget = tile_budget(ctx.target, DW_TILE_OC * DW_TILE_OW, 1)
+    made = _blocked_tiles(ctx, conv, budget, square=False)
     if made is None:
         return fallback(ctx)
     sch, acc, t_oc, t_ow, vec, axes = made
@@ -94,9 +101,10 @@ def schedule_depthwise_opencl(ctx: ScheduleContext, conv: te.Tensor) -> te.Sched
     return sch
 
 
-def _blocked_tiles(ctx, conv: te.Tensor, tile_oc: int, tile_ow: int):
-    """A blocked conv's private accumulator and its tile knobs (defaults ``tile_oc`` blocks
-    x ``tile_ow`` columns per work-item, the vector width): (schedule, accumulator,
+def _blocked_tiles(ctx, conv: te.Tensor, budget: int, square: bool = True):
+    """A blocked conv's private accumulator and its tile knobs (defaults: tiles of blocks
+    x columns holding ``budget`` accumulators at most, see register_tile; the vector
+    width): (schedule, accumulator,
     t_oc, t_ow, vec, reduce axes by name), or None when it cannot accumulate privately."""
     made = accumulate_privately(ctx, conv)
     if made is None:
@@ -104,11 +112,37 @@ def _blocked_tiles(ctx, conv: te.Tensor, tile_oc: int, tile_ow: int):
     sch, acc = made
     cfg = ctx.cfg
     _, out_blocks, _, out_w, block = conv.shape
-    t_oc = cfg.define_split("tile_oc", out_blocks, tile_oc, most=MOST_OC)
-    t_ow = cfg.define_split("tile_ow", out_w, tile_ow, most=MOST_OW)
-    vec = vector_knob(cfg, block, ctx.target)
     axes = {a.var.name: a for a in sch[acc].op.reduce_axis}
+    oc_def, ow_def = register_tile(out_blocks, out_w, budget, square)
+    t_oc = cfg.define_split("tile_oc", out_blocks, oc_def, most=MOST_OC)
+    t_ow = cfg.define_split("tile_ow", out_w, ow_def, most=MOST_OW)
+    vec = vector_knob(cfg, block, ctx.target)
     return sch, acc, t_oc, t_ow, vec, axes
+
+
+def tile_budget(target, mali: int, power: int) -> int:
+    """Accumulator vectors of a default tile: ``mali`` (Mali's, for float4) times the
+    device's preferred width over 4 to the ``power``."""
+    return mali * max(1, target.preferred_vector_width // 4) ** power
+
+
+def register_tile(rows: int, cols: int, budget: int, square: bool = True) -> tuple[int, int]:
+    """(row tile, column tile) dividing ``rows`` (up to MOST_OC) and ``cols`` (up to
+    MOST_OW) with the most accumulators within ``budget``; among those the squarest (the
+    fewest loads per multiply-add; ``square`` False: the widest, for depthwise convs
+    whose blocks share no loads), then the wider. When that fills half the budget at
+    most (a prime width), whole rows: as many blocks of a row as the budget holds (at
+    least one row, of up to twice the budget)."""
+    best = (0, 0, 0)
+    for r in (d for d in range(1, min(rows, MOST_OC) + 1) if rows % d == 0):
+        for c in (d for d in range(1, min(cols, MOST_OW) + 1) if cols % d == 0):
+            if r * c <= budget:
+                best = max(best, (r * c, -(r + c) if square else c, c))
+    size, _, c = best
+    if 2 * size <= budget and cols <= min(2 * budget, MOST_OW):
+        fit = max(1, budget // cols)
+        return max(d for d in range(1, min(rows, MOST_OC, fit) + 1) if rows % d == 0), cols
+    return size // c, c
 
 
 def _tile_blocked_output(st, ctx, t_oc: int, t_ow: int, vec: int):
@@ -148,7 +182,7 @@ def schedule_conv_opencl(ctx: ScheduleContext) -> te.Schedule:
     sch, acc = made
     cfg = ctx.cfg
     _, channels, _, out_w = conv.shape
-    t_oc = cfg.define_split("tile_oc", channels, TILE_OC * 2, most=MOST_OW)
+    t_oc = cfg.define_split("tile_oc", channels, TILE_OC * 2, most=MOST_PLAIN_OC)
     t_ow = cfg.define_split("tile_ow", out_w, TILE_OW, most=MOST_OW)
     unit_stride = list(conv.op.attrs.get("strides", [1, 1]))[-1] == 1
     vec = vector_knob(cfg, t_ow, ctx.target) if unit_stride else cfg.define("vector", (1,), 1)
