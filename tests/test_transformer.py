@@ -196,3 +196,43 @@ def test_erf_coefficients_hold_their_documented_bound_in_float32():
     got = xc * horner(approx.ERF_P) / horner(approx.ERF_Q)
     want = np.array([math.erf(float(v)) for v in x[::50]])
     assert np.abs(got[::50] - want).max() <= 4e-7
+
+
+@pytest.mark.parametrize(
+    "eq, shapes",
+    [
+        ("bhqd,bhkd->bhqk", [[1, 2, 5, 8], [1, 2, 7, 8]]),  # attention scores, K untransposed
+        ("bik,bkj->bji", [[3, 4, 6], [3, 6, 5]]),  # output transposed
+        ("ij,j->i", [[4, 6], [6]]),  # a matrix by a vector
+        ("ij->ji", [[3, 5]]),
+    ],
+)
+def test_einsum_matmul_and_transpose_equations_match_onnxruntime(eq, shapes):
+    ins = [(f"x{k}", s) for k, s in enumerate(shapes)]
+    node = helper.make_node("Einsum", [n for n, _ in ins], ["y"], equation=eq)
+    feeds = {n: np.random.default_rng(3).standard_normal(s).astype(np.float32) for n, s in ins}
+    want = np.einsum(eq, *feeds.values())
+    model = _model([node], ins, ("y", list(want.shape)), opset=12)
+    np.testing.assert_allclose(ort_outputs(model, feeds)[0], want, rtol=1e-5, atol=1e-5)
+    (got,) = run_model(model, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "eq, shapes, message",
+    [
+        ("ij->i", [[3, 4]], "'ij->i' sums over an axis: one operand can only be transposed"),
+        ("ii->i", [[3, 3]], "term 'ii' repeats a letter (a diagonal)"),
+        ("...ij->...ji", [[2, 3, 4]], "an ellipsis is not supported"),
+        ("ijk,jk->i", [[2, 3, 4], [3, 4]], "is not a matrix product"),
+    ],
+)
+def test_einsum_other_equations_are_refused_by_name(eq, shapes, message):
+    from packager.errors import PackagerError
+
+    ins = [(f"x{k}", s) for k, s in enumerate(shapes)]
+    node = helper.make_node("Einsum", [n for n, _ in ins], ["y"], equation=eq, name="e")
+    model = _model([node], ins, ("y", [3]), opset=12)
+    with pytest.raises(PackagerError, match=re.escape(message)) as err:
+        compile_model(model, load_board("host"))
+    assert "node 'e' (Einsum)" in str(err.value)
