@@ -236,3 +236,60 @@ def test_einsum_other_equations_are_refused_by_name(eq, shapes, message):
     with pytest.raises(PackagerError, match=re.escape(message)) as err:
         compile_model(model, load_board("host"))
     assert "node 'e' (Einsum)" in str(err.value)
+
+
+def _attention_model(scale_op="Div", mask=True, scores_output=False, kt_perm=(0, 2, 3, 1)):
+    """q, k, v (1, T, H, dh) -> heads, softmax(Q K^T scale + mask) V -> (1, H, T, dh)."""
+    t, h, dh = 32, 2, 16
+    inits = [numpy_helper.from_array(np.array(dh**0.5, np.float32), "s")]
+    nodes = [
+        helper.make_node("Transpose", ["q"], ["qh"], perm=[0, 2, 1, 3]),
+        helper.make_node("Transpose", ["k"], ["kt"], perm=list(kt_perm)),
+        helper.make_node("Transpose", ["v"], ["vh"], perm=[0, 2, 1, 3]),
+        helper.make_node("MatMul", ["qh", "kt"], ["sc"]),
+    ]
+    if scale_op == "Div":
+        nodes.append(helper.make_node("Div", ["sc", "s"], ["sc2"]))
+    else:
+        inits[0] = numpy_helper.from_array(np.array(dh**-0.5, np.float32), "s")
+        nodes.append(helper.make_node("Mul", ["s", "sc"], ["sc2"]))
+    last = "sc2"
+    ins = [("q", [1, t, h, dh]), ("k", [1, t, h, dh]), ("v", [1, t, h, dh])]
+    if mask:
+        nodes.append(helper.make_node("Add", ["sc2", "bias"], ["sc3"]))
+        ins.append(("bias", [1, 1, 1, t]))
+        last = "sc3"
+    nodes += [
+        helper.make_node("Softmax", [last], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "vh"], ["o"]),
+    ]
+    model = _model(nodes, ins, ("o", [1, h, t, dh]), inits)
+    if scores_output:
+        model.graph.output.append(
+            helper.make_tensor_value_info("p", TensorProto.FLOAT, [1, h, t, t])
+        )
+    return model
+
+
+@pytest.mark.parametrize(
+    "scale_op, mask", [("Div", True), ("Mul", False)], ids=["div-mask", "mul-nomask"]
+)
+def test_attention_chain_becomes_one_op_and_matches(scale_op, mask):
+    model = _attention_model(scale_op, mask)
+    ops, graph = _ops(model)
+    assert ops == ["transpose", "attention"]  # K^T copy, then the fused attention
+    att = graph.nodes[-1]
+    assert att.attrs["scale"] == pytest.approx(16**-0.5)
+    assert att.attrs["perm_q"] == [0, 2, 1, 3] and att.attrs["perm_v"] == [0, 2, 1, 3]
+    assert len(att.inputs) == (4 if mask else 3)
+    feeds = _feeds(model)
+    if mask:
+        feeds["bias"][..., -5:] = -1e4
+    (want,) = ort_outputs(model, feeds)
+    (got,) = run_model(model, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_whose_probabilities_are_read_elsewhere_stays_unfused():
+    ops, _ = _ops(_attention_model(scores_output=True))
+    assert "attention" not in ops and "softmax" in ops
