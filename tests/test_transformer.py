@@ -293,3 +293,30 @@ def test_attention_chain_becomes_one_op_and_matches(scale_op, mask):
 def test_attention_whose_probabilities_are_read_elsewhere_stays_unfused():
     ops, _ = _ops(_attention_model(scores_output=True))
     assert "attention" not in ops and "softmax" in ops
+
+
+@pytest.mark.parametrize(
+    "shape, axis", [([2, 7, 48], -1), ([3, 20], -1), ([2, 4, 6], 1)], ids=["d48", "d20", "axis1"]
+)
+def test_layer_normalization_matches_onnxruntime(shape, axis):
+    d = int(np.prod(shape[axis:]))
+    rng = np.random.default_rng(4)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal(shape[axis:]).astype(np.float32), "g"),
+        numpy_helper.from_array(rng.standard_normal(shape[axis:]).astype(np.float32), "b"),
+    ]
+    node = helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=axis)
+    model = _model([node], [("x", shape)], ("y", shape), inits)
+    x = (rng.standard_normal(shape) * 5 + 3).astype(np.float32)
+    (want,) = ort_outputs(model, {"x": x})
+    (got,) = run_model(model, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * d**0.5)
+
+
+def test_layer_norm_row_sums_are_vector_partial_sums():
+    shape = [4, 256]
+    g = numpy_helper.from_array(np.ones(256, np.float32), "g")
+    node = helper.make_node("LayerNormalization", ["x", "g"], ["y"], axis=-1)
+    src = _kernel_sources(_model([node], [("x", shape)], ("y", shape), [g]))
+    # the per-lane partial sums of the mean and of the variance are vector loops
+    assert len(re.findall(r"/\* layer_norm_(mean|var)_part_i\d+(_i)?: \d+ lanes \*/", src)) >= 4
