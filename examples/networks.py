@@ -2,7 +2,8 @@
 
 Used by the example, the tests and the benchmarks: a tiny CNN, a MobileNetV2-style
 network (inverted residuals: 1x1 expand, 3x3 depthwise, 1x1 project, residual adds) and
-ResNet-style networks (basic blocks with batch norm and strided downsampling).
+ResNet-style networks (basic blocks with batch norm and strided downsampling), and a
+BERT-style transformer encoder (embeddings, multi-head attention with a mask, Gelu FFN).
 """
 
 from __future__ import annotations
