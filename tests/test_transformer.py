@@ -320,3 +320,18 @@ def test_layer_norm_row_sums_are_vector_partial_sums():
     src = _kernel_sources(_model([node], [("x", shape)], ("y", shape), [g]))
     # the per-lane partial sums of the mean and of the variance are vector loops
     assert len(re.findall(r"/\* layer_norm_(mean|var)_part_i\d+(_i)?: \d+ lanes \*/", src)) >= 4
+
+
+def test_chained_transposes_compose_into_one_perm():
+    nodes = [
+        helper.make_node("Transpose", ["a"], ["t1"], perm=[1, 2, 0]),  # (4, 5, 3)
+        helper.make_node("Transpose", ["t1"], ["t2"], perm=[0, 2, 1]),  # (4, 3, 5)
+        helper.make_node("MatMul", ["t2", "b"], ["y"]),
+    ]
+    model = _model(nodes, [("a", [3, 4, 5]), ("b", [4, 5, 6])], ("y", [4, 3, 6]))
+    ops, graph = _ops(model)
+    assert ops == ["matmul"] and graph.nodes[0].attrs["perm_a"] == [1, 0, 2]
+    feeds = _feeds(model)
+    (want,) = ort_outputs(model, feeds)
+    (got,) = run_model(model, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
