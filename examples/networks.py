@@ -2,8 +2,9 @@
 
 Used by the example, the tests and the benchmarks: a tiny CNN, a MobileNetV2-style
 network (inverted residuals: 1x1 expand, 3x3 depthwise, 1x1 project, residual adds) and
-ResNet-style networks (basic blocks with batch norm and strided downsampling), and an
-LSTM language model's recurrent body.
+ResNet-style networks (basic blocks with batch norm and strided downsampling), an LSTM
+language model's recurrent body, a BERT-style transformer encoder (embeddings, multi-head
+attention with a mask, Gelu FFN) and mel-spectrogram front ends.
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ class NetBuilder:
         mean = self.param(0.1 * self.rng.standard_normal(c), "mean")
         var = self.param(0.5 + self.rng.random(c), "var")
         return self.op("BatchNormalization", [x, scale, bias, mean, var], epsilon=1e-5)
+
+    def param_i64(self, data, hint: str) -> str:
+        name = self.name(hint)
+        self.inits.append(numpy_helper.from_array(np.asarray(data, np.int64), name))
+        return name
 
     def param(self, data, hint: str) -> str:
         name = self.name(hint)
@@ -168,6 +174,103 @@ def resnet(
             x = b.op("Relu", [b.op("Add", [y, short])])
             cin = cout
     return b.model("input", (1, 3, size, size), b.head(x, cin, classes), "resnet", classes)
+
+
+def _layer_norm_decomposed(b: NetBuilder, x: str, d: int) -> str:
+    """LayerNorm as exporters without the fused op write it (ReduceMean, Sub, Pow 2, ...)."""
+    last = b.param_i64([-1], "axes")
+    mean = b.op("ReduceMean", [x, last])
+    xc = b.op("Sub", [x, mean])
+    var = b.op("ReduceMean", [b.op("Pow", [xc, b.param(2.0, "two")]), last])
+    std = b.op("Sqrt", [b.op("Add", [var, b.param(1e-5, "eps")])])
+    y = b.op("Div", [xc, std])
+    gamma = b.param(1.0 + 0.1 * b.rng.standard_normal(d), "gamma")
+    return b.op("Add", [b.op("Mul", [y, gamma]), b.param(0.1 * b.rng.standard_normal(d), "beta")])
+
+
+def _layer_norm(b: NetBuilder, x: str, d: int, fused: bool) -> str:
+    if not fused:
+        return _layer_norm_decomposed(b, x, d)
+    gamma = b.param(1.0 + 0.1 * b.rng.standard_normal(d), "gamma")
+    beta = b.param(0.1 * b.rng.standard_normal(d), "beta")
+    return b.op("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=1e-5)
+
+
+def _dense(b: NetBuilder, x: str, cin: int, cout: int) -> str:
+    y = b.op("MatMul", [x, b.weight((cin, cout), "w", (1.0 / cin) ** 0.5)])
+    return b.op("Add", [y, b.weight((cout,), "b", 0.02)])
+
+
+def _attention(b: NetBuilder, x: str, bias: str, tokens: int, d: int, heads: int) -> str:
+    """Multi-head self-attention as exporters write it: K transposed to (B, H, dh, T) by
+    the Transpose before its MatMul, scores scaled, the mask added, Softmax, times V."""
+    dh = d // heads
+    split = b.param_i64([1, tokens, heads, dh], "split")
+
+    def heads_of(perm):
+        return b.op("Transpose", [b.op("Reshape", [_dense(b, x, d, d), split])], perm=perm)
+
+    q, k, v = heads_of([0, 2, 1, 3]), heads_of([0, 2, 3, 1]), heads_of([0, 2, 1, 3])
+    s = b.op("Div", [b.op("MatMul", [q, k]), b.param(float(dh) ** 0.5, "scale")])
+    p = b.op("Softmax", [b.op("Add", [s, bias])], axis=-1)
+    o = b.op("Transpose", [b.op("MatMul", [p, v])], perm=[0, 2, 1, 3])
+    merge = b.param_i64([1, tokens, d], "merge")
+    return _dense(b, b.op("Reshape", [o, merge]), d, d)
+
+
+def transformer_encoder(
+    seed: int = 0,
+    layers: int = 2,
+    d: int = 256,
+    heads: int = 4,
+    tokens: int = 32,
+    ffn: int = 1024,
+    vocab: int = 1000,
+) -> onnx.ModelProto:
+    """A BERT-style encoder (opset 20): token and position embeddings (Gather, Add),
+    LayerNorm, then per layer multi-head attention with a padding mask and an FFN with
+    Gelu, each with a residual add and a LayerNorm after it. Inputs: ``ids`` (int64,
+    (1, tokens)) and ``mask`` (float, (1, tokens), 1 = attend); output (1, tokens, d).
+    The embedding LayerNorm and the first layer's are written decomposed, the others
+    as LayerNormalization ops, as both kinds of export occur."""
+    b = NetBuilder(seed, opset=20)
+    emb = b.op("Gather", [b.weight((vocab, d), "tok", 0.5), "ids"])
+    x = b.op("Add", [emb, b.weight((1, tokens, d), "pos", 0.1)])
+    x = _layer_norm(b, x, d, fused=False)
+    keep = b.op(
+        "Unsqueeze", [b.op("Unsqueeze", ["mask", b.param_i64([1], "ax1")]), b.param_i64([2], "ax2")]
+    )
+    bias = b.op("Mul", [b.op("Sub", [b.param(1.0, "one"), keep]), b.param(-1e4, "neg")])
+    for layer in range(layers):
+        a = _attention(b, x, bias, tokens, d, heads)
+        x = _layer_norm(b, b.op("Add", [x, a]), d, fused=layer > 0)
+        h = b.op("Gelu", [_dense(b, x, d, ffn)])
+        x = _layer_norm(b, b.op("Add", [x, _dense(b, h, ffn, d)]), d, fused=layer > 0)
+    graph = helper.make_graph(
+        b.nodes,
+        "transformer_encoder",
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [1, tokens]),
+            helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, tokens]),
+        ],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, tokens, d])],
+        b.inits,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 20)], producer_name="packager-examples"
+    )
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    return model
+
+
+def transformer_feeds(model: onnx.ModelProto, seed: int = 0, vocab: int = 1000) -> dict:
+    """Token ids and a mask whose last quarter is padding, for ``transformer_encoder``."""
+    tokens = model.graph.input[0].type.tensor_type.shape.dim[1].dim_value
+    rng = np.random.default_rng(seed)
+    mask = np.ones((1, tokens), np.float32)
+    mask[:, tokens - tokens // 4 :] = 0
+    return {"ids": rng.integers(0, vocab, (1, tokens), dtype=np.int64), "mask": mask}
 
 
 if __name__ == "__main__":

@@ -14,7 +14,10 @@ from .ir import Graph
 from .passes.dce import dce
 from .passes.fold_constants import fold_constants
 from .passes.fold_scale_shift import fold_scale_shift
+from .passes.fold_transpose import fold_transpose
 from .passes.fuse import fuse
+from .passes.fuse_attention import fuse_attention
+from .passes.fuse_layer_norm import fuse_layer_norm
 from .passes.layout import layout_pass
 from .passes.pack_gemm_weights import pack_gemm_weights
 from .passes.quantize import quantize
@@ -35,8 +38,11 @@ PASSES: list[tuple[str, object]] = [
     ("remove_identity", remove_identity),
     ("quantize", quantize),  # QDQ chains -> integer kernels, before folding DQ(weights)
     ("fold_constants", fold_constants),
+    ("fuse_layer_norm", fuse_layer_norm),  # after folding: gamma, beta and eps constants
     ("fold_scale_shift", fold_scale_shift),  # on NCHW weights, before layout packs them
     ("pack_gemm_weights", pack_gemm_weights),  # after folding: BN may have changed B
+    ("fold_transpose", fold_transpose),
+    ("fuse_attention", fuse_attention),  # after fold_transpose: Q, K^T, V carry their perms
     ("dce", dce),
     ("layout", layout_pass),  # after folding (weights are final), before fusion
     ("fold_constants", fold_constants),  # what layout made of constants (same name: one switch)

@@ -19,38 +19,71 @@ def _batch_shape(a: tuple, b: tuple) -> list[int]:
     return out
 
 
-def _batch_index(batch: tuple, t: te.Tensor, nb: int) -> list:
-    """Indices into ``t``'s batch dims (its leading ndim-2) for output batch ``batch``."""
-    dims = t.shape[: t.ndim - 2]
+def _batch_index(batch: tuple, shape: tuple, nb: int) -> list:
+    """Indices into the batch dims (the leading ndim-2) of an operand of ``shape`` for
+    output batch ``batch``."""
+    dims = shape[: len(shape) - 2]
     own = batch[nb - len(dims) :] if dims else ()
     return [0 if d == 1 else i for i, d in zip(own, dims, strict=True)]
 
 
+class _Operand:
+    """A matmul operand read through the Transpose folded into it (``perm``, as ONNX
+    Transpose's: logical dim d is stored dim perm[d]), so no transposed copy is made."""
+
+    def __init__(self, t: te.Tensor, perm):
+        self.t = t
+        self.perm = [int(p) for p in perm] if perm else list(range(t.ndim))
+        if sorted(self.perm) != list(range(t.ndim)):
+            raise ValueError(f"matmul: perm {self.perm} is not a permutation of {t.ndim} dims")
+        self.shape = tuple(t.shape[p] for p in self.perm)
+        self.ndim = t.ndim
+
+    def __getitem__(self, idx):
+        src = [None] * self.ndim
+        for d, p in enumerate(self.perm):
+            src[p] = idx[d]
+        return self.t[tuple(src)]
+
+
 @register_op("matmul", "out_elemwise_fusable")
 def matmul(inputs, attrs):
-    """numpy.matmul: a 1-D operand gets a unit dim (dropped from the result)."""
-    a, b = inputs
-    a_vec, b_vec = a.ndim == 1, b.ndim == 1
+    """numpy.matmul: a 1-D operand gets a unit dim (dropped from the result).
+
+    attrs (set by graph passes, never by ONNX): ``perm_a``/``perm_b``, a Transpose folded
+    into the operand's indexing; ``b_block``, a constant 2-D B packed as gemm's is
+    ((N / b_block, K, b_block))."""
+    nb = int(attrs.get("b_block", 0))
+    a = _Operand(inputs[0], attrs.get("perm_a"))
+    if nb:
+        packed = inputs[1]
+        b_shape = (packed.shape[1], packed.shape[0] * nb)
+        b = lambda idx: packed[idx[1] // nb, idx[0], idx[1] % nb]  # noqa: E731
+    else:
+        bo = _Operand(inputs[1], attrs.get("perm_b"))
+        b_shape, b = bo.shape, bo.__getitem__
+    a_vec, b_vec = len(a.shape) == 1, len(b_shape) == 1
     a_shape = (1, *a.shape) if a_vec else a.shape
-    b_shape = (*b.shape, 1) if b_vec else b.shape
+    b_shape = (*b_shape, 1) if b_vec else b_shape
     if a_shape[-1] != b_shape[-2]:
-        raise ValueError(f"matmul: inner dims differ: {a.shape} @ {b.shape}")
+        raise ValueError(f"matmul: inner dims differ: {a.shape} @ {b_shape}")
     batch = _batch_shape(a_shape[:-2], b_shape[:-2])
-    nb = len(batch)
+    nb_dims = len(batch)
     rows, cols = a_shape[-2], b_shape[-1]
     k = te.reduce_axis(a_shape[-1], "k")
     shape = batch + ([] if a_vec else [rows]) + ([] if b_vec else [cols])
 
     def f(*idx):
-        bi = idx[:nb]
-        rest = list(idx[nb:])
+        bi = idx[:nb_dims]
+        rest = list(idx[nb_dims:])
         i = None if a_vec else rest.pop(0)
         j = None if b_vec else rest.pop(0)
-        ai = [k] if a_vec else [*_batch_index(bi, a, nb), i, k]
-        bj = [k] if b_vec else [*_batch_index(bi, b, nb), k, j]
-        return te.sum(a[tuple(ai)] * b[tuple(bj)], k)
+        ai = [k] if a_vec else [*_batch_index(bi, a_shape, nb_dims), i, k]
+        bj = [k] if b_vec else [*_batch_index(bi, b_shape, nb_dims), k, j]
+        return te.sum(a[tuple(ai)] * b(tuple(bj)), k)
 
-    return [te.compute(shape, f, name="matmul", tag="matmul")]
+    kept = {n: attrs[n] for n in ("perm_a", "perm_b", "b_block") if attrs.get(n)}
+    return [te.compute(shape, f, name="matmul", tag="matmul", attrs=kept)]
 
 
 def _broadcast_2d(c: te.Tensor, i, j):
@@ -159,29 +192,34 @@ def _product(t: te.Tensor) -> te.Tensor:
 
 
 def _dense_cpu(ctx: ScheduleContext) -> te.Schedule:
-    """2-D products: each (rows x width) output tile accumulates in registers over the
-    whole k loop (k outside the block, lanes innermost), then the fused epilogue (bias,
-    activation, residual) runs on the tile before it is stored; parallel over tiles."""
+    """Products (batched or not): each (rows x width) output tile accumulates in
+    registers over the whole k loop (k outside the block, lanes innermost), then the fused
+    epilogue (bias, activation, residual) runs on the tile before it is stored; batch
+    dims outermost; parallel over batches and tiles."""
     acc = _product(ctx.anchor)
-    m, n = acc.shape if acc.ndim == 2 else (0, 0)
+    m, n = acc.shape[-2:] if acc.ndim >= 2 else (0, 0)
     # half vectors where full ones do not cover the columns (1000 classes at 16 lanes),
     # and no wider than a packed B's column block, whose lanes are contiguous
     lanes = fitting_lanes(n, min(lanes_of(ctx, acc), acc.op.attrs.get("b_block") or 1 << 30))
-    if not acc.op.reduce_axis or acc.ndim != 2 or lanes < 2 or n % lanes:
+    if not acc.op.reduce_axis or acc.ndim < 2 or lanes < 2 or n % lanes:
         return fallback(ctx)
     sch = default_schedule(ctx.outs)
     out = epilogue_stage(ctx, sch) if ctx.outs[0] is not acc else sch[acc]
     if out is None:
         return fallback(ctx)
     rows, width = _tiles(ctx, m, n, lanes)
-    io, jo, *_ = _block(out, *out.op.axis, rows, width, lanes)
-    if ctx.target.cores > 1 and m * n * acc.op.reduce_axis[0].extent >= PARALLEL_MIN_MACS:
-        jo = out.fuse(io, jo)
+    *batch, i, j = out.op.axis
+    io, jo, *_ = _block(out, i, j, rows, width, lanes)
+    macs = m * n * acc.op.reduce_axis[0].extent
+    for d in acc.shape[:-2]:
+        macs *= d
+    if ctx.target.cores > 1 and macs >= PARALLEL_MIN_MACS:
+        jo = out.fuse(*batch, io, jo)
         out.parallel(jo)
     st = sch[acc]
     if out is not st:
         st.compute_at(out, jo)
-        i, j = st.op.axis
+        *_, i, j = st.op.axis
         (k,) = st.op.reduce_axis
         jc, jl = st.split(j, lanes)
         st.reorder(k, i, jc, jl)

@@ -6,10 +6,14 @@ that schedules see plain reductions; the normalizing expression is elementwise.
 
 from __future__ import annotations
 
+import math
+
 from .. import te
+from ..te.schedule import PARALLEL_MIN_ELEMS
+from ._cpu import fallback, lanes_of
 from .pad import pad_tensor
 from .reduce import Axes, reduce_tensor
-from .registry import register_op
+from .registry import ScheduleContext, register_op, register_schedule
 
 
 def bcast(t: te.Tensor, idx) -> te.Expr:
@@ -91,23 +95,109 @@ def instance_norm(inputs, attrs):
     return [te.compute(x.shape, f, name="instance_norm", tag="elemwise")]
 
 
+# Lanes of the partial sums of a row (see _row_stats): 16 independent sums where one
+# would be a chain of dependent adds (256 of them for d_model 256, latency-bound).
+ROW_PARTS = (16, 8, 4)
+
+
+def _row_stats(x: te.Tensor, name: str):
+    """(mean, inverse stddev w/o eps) inputs of a normalization over the last axis only,
+    each reduced in two steps: ``parts`` lane-wise partial sums over chunks of the row
+    (a schedule runs them in vectors), then the parts added up. None when no width of
+    ROW_PARTS divides the row."""
+    d = x.shape[-1]
+    w = next((p for p in ROW_PARTS if d % p == 0 and d > p), 0)
+    if not w:
+        return None
+    rows = list(x.shape[:-1])
+    n = te.const(d, x.dtype)
+
+    def two_step(term, stage):
+        c = te.reduce_axis(d // w, f"{stage}_c")
+        part = te.compute(
+            [*rows, w],
+            lambda *i: te.sum(term((*i[:-1], c * w + i[-1])), c),
+            name=f"{name}_{stage}_part",
+            tag="row_part",
+        )
+        lane = te.reduce_axis(w, f"{stage}_l")
+        total = te.compute(
+            rows, lambda *r: te.sum(part[(*r, lane)], lane), name=f"{name}_{stage}", tag="reduce"
+        )
+        return te.compute(rows, lambda *r: total[r] / n, name=f"{name}_{stage}_avg")
+
+    mean = two_step(lambda i: x[i], "mean")
+
+    def sq(i):
+        dv = x[i] - mean[i[:-1]]
+        return dv * dv
+
+    return mean, two_step(sq, "var")
+
+
 @register_op("layer_norm", "opaque")
 def layer_norm(inputs, attrs):
     """attrs: axis (>= 0), epsilon, with_stats (also return mean and 1/stddev)."""
     x, scale = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
-    st = Moments(x, range(attrs["axis"], x.ndim), "layer_norm")
     eps = attrs.get("epsilon", 1e-5)
+    rows = None
+    if attrs["axis"] == x.ndim - 1 and not attrs.get("with_stats"):
+        rows = _row_stats(x, "layer_norm")
+    if rows is not None:
+        mean, var = rows
+
+        def f(*i):
+            r = i[:-1]
+            y = (x[i] - mean[r]) * _rsqrt(var[r], eps) * bcast(scale, i)
+            return y if bias is None else y + bcast(bias, i)
+
+        return [te.compute(x.shape, f, name="layer_norm", tag="elemwise")]
+    st = Moments(x, range(attrs["axis"], x.ndim), "layer_norm")
     inv = te.compute(
         st.ax.shape, lambda *i: _rsqrt(st.var[i], eps), name="layer_norm_inv", tag="elemwise"
     )
 
-    def f(*i):
+    def g(*i):
         y = (x[i] - st.mean[st.row(i)]) * inv[st.row(i)] * bcast(scale, i)
         return y if bias is None else y + bcast(bias, i)
 
-    y = te.compute(x.shape, f, name="layer_norm", tag="elemwise")
+    y = te.compute(x.shape, g, name="layer_norm", tag="elemwise")
     return [y, st.mean, inv] if attrs.get("with_stats") else [y]
+
+
+@register_schedule("layer_norm", "cpu")
+def layer_norm_cpu(ctx: ScheduleContext) -> te.Schedule:
+    """Row by row: the partial sums of the row in vectors (the chunk loop outside the
+    lanes), their total, the same for the squared deviations, then the normalized row in
+    vectors; rows in parallel. Other forms take the generic schedule."""
+    out = ctx.outs[0]
+    lanes = lanes_of(ctx, out)
+    sch = te.create_schedule(ctx.outs)
+    parts = [st for st in sch.stages if st.op.tag == "row_part"]
+    if len(ctx.outs) != 1 or not parts or lanes < 2 or out.ndim < 2 or out.shape[-1] % lanes:
+        return fallback(ctx)
+    st = sch[out]
+    *outer, inner = st.op.axis
+    row = st.fuse(*outer) if len(outer) > 1 else outer[0]
+    st.vectorize(st.split(inner, lanes)[1])
+    for s in sch.stages:
+        if s is st:
+            continue
+        if s.op.reduce_axis:
+            s.compute_at(st, row)
+        else:
+            s.compute_inline()
+    for part in parts:
+        (c,) = part.op.reduce_axis
+        lane = part.op.axis[-1]
+        if lane.extent > lanes:
+            lane = part.split(lane, lanes)[1]
+        part.reorder(c, *[iv for iv in part.leaf_iter_vars if iv.kind == "data"][-2:])
+        part.vectorize(lane)
+    if ctx.target.cores > 1 and math.prod(out.shape) >= PARALLEL_MIN_ELEMS:
+        st.parallel(row)
+    return sch
 
 
 @register_op("mean_variance_norm", "opaque")

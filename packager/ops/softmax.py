@@ -6,9 +6,13 @@ axes from ``axis`` on (the input flattened to 2-D); both are ``axes`` here.
 
 from __future__ import annotations
 
+import math
+
 from .. import te
+from ..te.schedule import PARALLEL_MIN_ELEMS
+from ._cpu import fallback, lanes_of
 from .reduce import Axes, reduce_tensor
-from .registry import register_op
+from .registry import ScheduleContext, register_op, register_schedule
 
 
 class _Stats:
@@ -34,16 +38,56 @@ class _Stats:
 
 @register_op("softmax", "opaque")
 def softmax(inputs, attrs):
+    """exp(x - max) is its own stage (``softmax_exp``), so that a schedule can compute it
+    once per row into scratch and read it for the sum and the output."""
     (x,) = inputs
-    st = _Stats(x, attrs["axes"], "softmax")
-    return [
-        te.compute(
-            x.shape,
-            lambda *i: te.call("exp", st.shifted[i]) / st.sum[st.row(i)],
-            name="softmax",
-            tag="elemwise",
-        )
-    ]
+    ax = Axes(x, attrs["axes"], True, "s")
+    m = reduce_tensor(x, "reduce_max", attrs["axes"], True, name="softmax_max")
+
+    def row(i) -> tuple:
+        return tuple(0 if a in ax.rv else v for a, v in enumerate(i))
+
+    e = te.compute(
+        x.shape, lambda *i: te.call("exp", x[i] - m[row(i)]), name="softmax_exp", tag="elemwise"
+    )
+    total = te.compute(
+        ax.shape, lambda *i: te.sum(e[ax.input_index(i)], ax.ivs), name="softmax_sum", tag="reduce"
+    )
+    return [te.compute(x.shape, lambda *i: e[i] / total[row(i)], name="softmax", tag="elemwise")]
+
+
+def _stage(sch: te.Schedule, name: str):
+    return next((st for st in sch.stages if st.op.name == name), None)
+
+
+@register_schedule("softmax", "cpu")
+def softmax_cpu(ctx: ScheduleContext) -> te.Schedule:
+    """Softmax over the innermost axis, row by row: the row's max, then exp(x - max) in
+    vectors into a row of scratch (once, not again for the output), its sum, then the
+    quotient in vectors; rows in parallel. Other axes take the generic schedule."""
+    out = ctx.outs[0]
+    lanes = lanes_of(ctx, out)
+    axes = [a % out.ndim for a in ctx.attrs["axes"]]
+    if len(ctx.outs) != 1 or axes != [out.ndim - 1] or out.ndim < 2 or lanes < 2:
+        return fallback(ctx)
+    if out.shape[-1] % lanes:
+        return fallback(ctx)
+    sch = te.create_schedule(ctx.outs)
+    st = sch[out]
+    *outer, inner = st.op.axis
+    row = st.fuse(*outer) if len(outer) > 1 else outer[0]
+    _, lane = st.split(inner, lanes)
+    st.vectorize(lane)
+    for name in ("softmax_max", "softmax_exp", "softmax_sum"):
+        stage = _stage(sch, name)
+        if stage is None:
+            return fallback(ctx)
+        stage.compute_at(st, row)
+    exp = _stage(sch, "softmax_exp")
+    exp.vectorize(exp.split(exp.op.axis[-1], lanes)[1])
+    if ctx.target.cores > 1 and math.prod(out.shape) >= PARALLEL_MIN_ELEMS:
+        st.parallel(row)  # each row's scratch lives in the loop body: one per thread
+    return sch
 
 
 @register_op("log_softmax", "opaque")

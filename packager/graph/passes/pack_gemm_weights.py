@@ -56,6 +56,8 @@ def pack_b(b: np.ndarray, trans_b: bool, nb: int) -> np.ndarray:
 
 
 def _packed(node: Node, values: dict[str, Value], nb: int) -> Node:
+    if node.op == "matmul":
+        return _packed_matmul(node, values, nb)
     if node.op != "gemm" or len(node.inputs) < 2 or node.attrs.get("b_block"):
         return node
     b = values[node.inputs[1]]
@@ -78,3 +80,18 @@ def _packed(node: Node, values: dict[str, Value], nb: int) -> Node:
         data = make()
         values[name] = Value(name, tuple(data.shape), b.dtype, data)
     return replace(node, inputs=[node.inputs[0], name, *node.inputs[2:]], attrs=attrs)
+
+
+def _packed_matmul(node: Node, values: dict[str, Value], nb: int) -> Node:
+    """A matmul of activations (at least 2-D, a transformer's (batch, tokens, d)) by
+    constant 2-D weights packed as gemm's B is."""
+    a, b = values[node.inputs[0]], values[node.inputs[1]]
+    if not nb or node.attrs.get("b_block") or node.attrs.get("perm_b") or len(a.shape) < 2:
+        return node
+    if not b.is_const or b.data.ndim != 2 or b.dtype != "float32" or b.data.shape[1] % nb:
+        return node
+    name = f"{b.name}__p{nb}"
+    if name not in values:
+        data = pack_b(b.data, False, nb)
+        values[name] = Value(name, tuple(data.shape), b.dtype, data)
+    return replace(node, inputs=[node.inputs[0], name], attrs={**node.attrs, "b_block": nb})

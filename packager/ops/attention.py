@@ -1,0 +1,116 @@
+"""Scaled dot-product attention as one op: softmax(Q K^T * scale + bias) V.
+
+Made by the fuse_attention graph pass from the MatMul, scale, mask Add, Softmax, MatMul
+chain exporters write. inputs: q (..., M, D), kt (..., D, N) (K already transposed, so
+that a vector of scores reads a contiguous row of it), v (..., N, E), then bias
+(broadcast to (..., M, N)) when ``has_bias``; q, kt and v may carry the Transposes
+folded into the first matmul (attrs perm_q, perm_kt, perm_v; see matmul._Operand).
+attrs: scale. The output is normalized after the product (O / sum, not P = e / sum then
+P V): M x E divisions instead of M x N.
+"""
+
+from __future__ import annotations
+
+from .. import te
+from ._cpu import fallback, lanes_of
+from .matmul import _batch_index, _batch_shape, _Operand
+from .normalization import bcast
+from .registry import ScheduleContext, register_op, register_schedule
+
+
+@register_op("attention", "opaque")
+def attention(inputs, attrs):
+    q = _Operand(inputs[0], attrs.get("perm_q"))
+    kt = _Operand(inputs[1], attrs.get("perm_kt"))
+    v = _Operand(inputs[2], attrs.get("perm_v"))
+    bias = inputs[3] if attrs.get("has_bias") else None
+    (m, d), (d2, n), (n2, e) = q.shape[-2:], kt.shape[-2:], v.shape[-2:]
+    if d != d2 or n != n2:
+        raise ValueError(f"attention: Q {q.shape}, K^T {kt.shape} and V {v.shape} do not chain")
+    batch = _batch_shape(tuple(_batch_shape(q.shape[:-2], kt.shape[:-2])), v.shape[:-2])
+    nb = len(batch)
+    at = lambda o, b, i, j: o[(*_batch_index(b, o.shape, nb), i, j)]  # noqa: E731
+    dt = inputs[0].dtype
+    kd = te.reduce_axis(d, "kd")
+
+    def scores(*idx):
+        b, i, j = idx[:nb], idx[nb], idx[nb + 1]
+        return te.sum(at(q, b, i, kd) * at(kt, b, kd, j), kd)
+
+    s = te.compute([*batch, m, n], scores, name="attention_scores", tag="attention")
+
+    def logit(idx):
+        y = s[idx] * te.const(float(attrs.get("scale", 1.0)), dt)
+        return y if bias is None else y + bcast(bias, idx)
+
+    rm = te.reduce_axis(n, "rm")
+    top = te.compute(
+        [*batch, m], lambda *r: te.max_reduce(logit((*r, rm)), rm), name="attention_max"
+    )
+    p = te.compute(
+        [*batch, m, n],
+        lambda *idx: te.call("exp", logit(idx) - top[idx[:-1]]),
+        name="attention_exp",
+        tag="elemwise",
+    )
+    rs = te.reduce_axis(n, "rs")
+    total = te.compute([*batch, m], lambda *r: te.sum(p[(*r, rs)], rs), name="attention_sum")
+    kn = te.reduce_axis(n, "kn")
+
+    def mix(*idx):
+        b, i, j = idx[:nb], idx[nb], idx[nb + 1]
+        return te.sum(p[(*b, i, kn)] * at(v, b, kn, j), kn)
+
+    o = te.compute([*batch, m, e], mix, name="attention_mix", tag="attention")
+    out = te.compute(
+        [*batch, m, e], lambda *idx: o[idx] / total[idx[:-1]], name="attention", tag="elemwise"
+    )
+    return [out]
+
+
+def _stage(sch: te.Schedule, name: str):
+    return next(st for st in sch.stages if st.op.name == name)
+
+
+def _register_tile(st, lanes: int) -> None:
+    """A product attached to a block of rows: k outside, rows x vectors of lanes inside."""
+    *_, i, j = st.op.axis
+    (k,) = st.op.reduce_axis
+    jc, jl = st.split(j, lanes)
+    st.reorder(k, i, jc, jl)
+    st.unroll(i)
+    st.unroll(jc)
+    st.vectorize(jl)
+
+
+@register_schedule("attention", "cpu")
+def attention_cpu(ctx: ScheduleContext) -> te.Schedule:
+    """One block of query rows of one head at a time (batch and heads outermost, in
+    parallel): its scores in registers over D, the row max, exp in vectors into scratch,
+    the row sums, the product with V in registers over N, then the division; everything
+    between Q and the output stays in the block's scratch."""
+    out = ctx.outs[0]
+    lanes = lanes_of(ctx, out)
+    sch = te.create_schedule(ctx.outs)
+    n, e = _stage(sch, "attention_mix").op.reduce_axis[0].extent, out.shape[-1]
+    if len(ctx.outs) != 1 or lanes < 2 or n % lanes or e % lanes:
+        return fallback(ctx)
+    st = sch[out]
+    *batch, i, j = st.op.axis
+    rows = ctx.cfg.define_split("tile_m", out.shape[-2], 4, most=8)
+    io, ii = st.split(i, rows)
+    jo, jl = st.split(j, lanes)
+    st.reorder(*batch, io, ii, jo, jl)
+    st.vectorize(jl)
+    at = st.fuse(*batch, io) if batch else io
+    if ctx.target.cores > 1:
+        st.parallel(at)
+    for name in ("attention_scores", "attention_max", "attention_exp", "attention_sum"):
+        sch[_stage(sch, name).tensor].compute_at(st, at)
+    mix_st = _stage(sch, "attention_mix")
+    mix_st.compute_at(st, at)
+    _register_tile(_stage(sch, "attention_scores"), lanes)
+    _register_tile(mix_st, lanes)
+    p = _stage(sch, "attention_exp")
+    p.vectorize(p.split(p.op.axis[-1], lanes)[1])
+    return sch
