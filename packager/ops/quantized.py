@@ -219,12 +219,28 @@ def qconv2d(inputs, attrs):
         },
     )
 
-    def out(n, m, oh, ow):
-        a = acc[(n, m // lanes, oh, ow, m % lanes)]
-        r = residual[(n, m, oh, ow)] if residual is not None else None
-        return _requantize(a, rq, m, attrs, r)
+    def requant(n, ob, oh, ow, oi):
+        m = ob * lanes + oi
+        r = None
+        if residual is not None:  # padded channels read the last real one (discarded)
+            r = residual[(n, te.min_(m, oc - 1) if nb * lanes != oc else m, oh, ow)]
+        return _requantize(acc[(n, ob, oh, ow, oi)], rq, m, attrs, r)
 
-    return [te.compute([x.shape[0], oc, *spatial], out, name="qconv", tag="requantize")]
+    blocked = te.compute(acc.shape, requant, name="qconv_rq", tag="requantize_blocked")
+    return [
+        te.compute(
+            [x.shape[0], oc, *spatial], _unblock(blocked, lanes), name="qconv", tag="requantize"
+        )
+    ]
+
+
+def _unblock(blocked: te.Tensor, lanes: int):
+    """NCHW from the requantized block (N, C'/L, H, W, L): a byte copy."""
+
+    def f(n, m, oh, ow):
+        return blocked[(n, m // lanes, oh, ow, m % lanes)]
+
+    return f
 
 
 @register_op("qdense", "out_elemwise_fusable")
@@ -365,7 +381,8 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     intrin = dot4_intrin(x.dtype, lanes, ctx.target)
 
     sch = te.create_schedule(ctx.outs)
-    _inline_rest(sch, [acc] + ([pad] if pad is not None else []))
+    rqb = find_tagged(out, "requantize_blocked")
+    _inline_rest(sch, [acc, rqb] + ([pad] if pad is not None else []))
     if pad is not None:
         padded_copy_at_root(sch[pad], ctx.target.cores > 1, False)
     st_out = sch[out]
@@ -384,7 +401,17 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     st.unroll(ob)
     st.unroll(aow)
     st.tensorize(oi, intrin)
+    _epilogue_at(sch, rqb, st_out, owo)
     return sch
+
+
+def _epilogue_at(sch: te.Schedule, rqb: te.Tensor, st_out, at) -> None:
+    """The requantize epilogue over the tile's accumulator blocks, each block of L
+    lanes one contiguous run (vectorizable; NCHW's channels are a plane apart), then
+    the output's own loops copy it out."""
+    st = sch[rqb]
+    st.compute_at(st_out, at)
+    st.vectorize(st.op.axis[-1])
 
 
 @register_schedule("qdense", "cpu")
@@ -429,7 +456,8 @@ def _depthwise_qconv(ctx: ScheduleContext, acc: te.Tensor) -> te.Schedule:
     cols, lanes = acc.shape[3], acc.shape[4]
     t_ow = cfg.define_split("qtile_ow", cols, _default_tile(1, cols, DW_TILE)[1], most=32)
     sch = te.create_schedule(ctx.outs)
-    _inline_rest(sch, [acc, pad])
+    rqb = find_tagged(out, "requantize_blocked")
+    _inline_rest(sch, [acc, pad, rqb])
     padded_copy_at_root(sch[pad], ctx.target.cores > 1, True)
     st_out = sch[out]
     n, m, oh, ow = st_out.op.axis
@@ -445,4 +473,5 @@ def _depthwise_qconv(ctx: ScheduleContext, acc: te.Tensor) -> te.Schedule:
     st.reorder(an, ob, aoh, rcb, rci, rk0, rk1, aow, oi)
     st.unroll(aow)
     st.vectorize(oi)
+    _epilogue_at(sch, rqb, st_out, owo)
     return sch
