@@ -19,6 +19,8 @@ saturating pair sum) and end in a requantize epilogue read from one int64 table
   y = saturate(((p + round) >> shift) + y_zp)
 
 attrs of both: x_zp, y_zp, out_dtype (int8/uint8), r_zp (with a residual input).
+With ``add_shift`` (a folded integer add) the residual input is instead side b of a
+``qadd`` whose side a is y, and the ``add_*`` attrs are qadd's.
 """
 
 from __future__ import annotations
@@ -114,6 +116,9 @@ def dynamic_qparams(inputs, attrs):
 
 def _requantize(acc, rq, m, attrs, residual=None):
     """The epilogue: int32 accumulator of output channel ``m`` -> out_dtype."""
+    if "add_shift" in attrs:  # a folded integer add: the conv's output is its operand a
+        y = _requantize(acc, rq, m, {k: v for k, v in attrs.items() if k != "add_shift"})
+        return _qadd(te.cast(I64, y), te.cast(I64, residual), attrs, "add_")
     out = attrs["out_dtype"]
     lo, hi = QRANGE[out]
     p = (te.cast(I64, acc) + rq[(6, m)]) * rq[(0, m)]
@@ -124,6 +129,38 @@ def _requantize(acc, rq, m, attrs, residual=None):
     y = te.binary(">>", p + rq[(2, m)], rq[(1, m)]) + te.const(int(attrs["y_zp"]), I64)
     y = te.min_(te.max_(y, te.const(lo, I64)), te.const(hi, I64))
     return te.cast(out, y)
+
+
+ADD_KEYS = ("a_zp", "b_zp", "a_mult", "b_mult", "shift", "lo", "hi", "y_zp", "out_dtype")
+
+
+def _qadd(a, b, attrs: dict, prefix: str = ""):
+    """The integer add of two quantized tensors (int64 expressions of their values):
+    p = (a - a_zp) * a_mult + (b - b_zp) * b_mult, clamped at the activation's bounds
+    [lo, hi], then y = saturate(((p + 2^(shift-1)) >> shift) + y_zp); the multipliers
+    are a_scale / y_scale and b_scale / y_scale times 2^shift."""
+    g = {k: attrs[prefix + k] for k in ADD_KEYS}
+    lo, hi = QRANGE[g["out_dtype"]]
+
+    def c(v):
+        return te.const(int(v), I64)
+
+    p = (a - c(g["a_zp"])) * c(g["a_mult"]) + (b - c(g["b_zp"])) * c(g["b_mult"])
+    p = te.min_(te.max_(p, c(g["lo"])), c(g["hi"]))
+    y = te.binary(">>", p + c(1 << (int(g["shift"]) - 1)), c(g["shift"])) + c(g["y_zp"])
+    return te.cast(g["out_dtype"], te.min_(te.max_(y, c(lo)), c(hi)))
+
+
+@register_op("qadd", "broadcast")
+def qadd(inputs, attrs):
+    """Integer add of two quantized tensors of one shape (a DQ + DQ -> Add -> Q):
+    attrs as ``_qadd``."""
+    a, b = inputs
+
+    def f(*i):
+        return _qadd(te.cast(I64, a[i]), te.cast(I64, b[i]), attrs)
+
+    return [te.compute(a.shape, f, name="qadd", tag="broadcast")]
 
 
 def _widen(e):
