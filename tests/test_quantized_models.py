@@ -66,6 +66,10 @@ def test_qdq_network_runs_integer_kernels_within_one_step(tmp_path, kind, act):
     convs = sum(n.op_type == "Conv" for n in model.graph.node)
     assert ops["qconv2d"] == convs and "conv" not in ops and "conv2d_nchwc" not in ops
     assert ops["qdense"] == 1 and "gemm" not in ops
+    # the residual adds are integer, folded into the epilogue of the conv making a side
+    adds = sum(n.op_type == "Add" for n in model.graph.node)
+    assert adds and "add" not in ops and "qadd" not in ops
+    assert sum("add_shift" in n.attrs for n in graph.nodes) == adds
 
     x = np.random.default_rng(5).standard_normal(SHAPE).astype(np.float32)
     so = ort.SessionOptions()

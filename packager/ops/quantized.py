@@ -19,6 +19,8 @@ saturating pair sum) and end in a requantize epilogue read from one int64 table
   y = saturate(((p + round) >> shift) + y_zp)
 
 attrs of both: x_zp, y_zp, out_dtype (int8/uint8), r_zp (with a residual input).
+With ``add_shift`` (a folded integer add) the residual input is instead side b of a
+``qadd`` whose side a is y, and the ``add_*`` attrs are qadd's.
 """
 
 from __future__ import annotations
@@ -114,6 +116,9 @@ def dynamic_qparams(inputs, attrs):
 
 def _requantize(acc, rq, m, attrs, residual=None):
     """The epilogue: int32 accumulator of output channel ``m`` -> out_dtype."""
+    if "add_shift" in attrs:  # a folded integer add: the conv's output is its operand a
+        y = _requantize(acc, rq, m, {k: v for k, v in attrs.items() if k != "add_shift"})
+        return _qadd(te.cast(I64, y), te.cast(I64, residual), attrs, "add_")
     out = attrs["out_dtype"]
     lo, hi = QRANGE[out]
     p = (te.cast(I64, acc) + rq[(6, m)]) * rq[(0, m)]
@@ -124,6 +129,38 @@ def _requantize(acc, rq, m, attrs, residual=None):
     y = te.binary(">>", p + rq[(2, m)], rq[(1, m)]) + te.const(int(attrs["y_zp"]), I64)
     y = te.min_(te.max_(y, te.const(lo, I64)), te.const(hi, I64))
     return te.cast(out, y)
+
+
+ADD_KEYS = ("a_zp", "b_zp", "a_mult", "b_mult", "shift", "lo", "hi", "y_zp", "out_dtype")
+
+
+def _qadd(a, b, attrs: dict, prefix: str = ""):
+    """The integer add of two quantized tensors (int64 expressions of their values):
+    p = (a - a_zp) * a_mult + (b - b_zp) * b_mult, clamped at the activation's bounds
+    [lo, hi], then y = saturate(((p + 2^(shift-1)) >> shift) + y_zp); the multipliers
+    are a_scale / y_scale and b_scale / y_scale times 2^shift."""
+    g = {k: attrs[prefix + k] for k in ADD_KEYS}
+    lo, hi = QRANGE[g["out_dtype"]]
+
+    def c(v):
+        return te.const(int(v), I64)
+
+    p = (a - c(g["a_zp"])) * c(g["a_mult"]) + (b - c(g["b_zp"])) * c(g["b_mult"])
+    p = te.min_(te.max_(p, c(g["lo"])), c(g["hi"]))
+    y = te.binary(">>", p + c(1 << (int(g["shift"]) - 1)), c(g["shift"])) + c(g["y_zp"])
+    return te.cast(g["out_dtype"], te.min_(te.max_(y, c(lo)), c(hi)))
+
+
+@register_op("qadd", "broadcast")
+def qadd(inputs, attrs):
+    """Integer add of two quantized tensors of one shape (a DQ + DQ -> Add -> Q):
+    attrs as ``_qadd``."""
+    a, b = inputs
+
+    def f(*i):
+        return _qadd(te.cast(I64, a[i]), te.cast(I64, b[i]), attrs)
+
+    return [te.compute(a.shape, f, name="qadd", tag="broadcast")]
 
 
 def _widen(e):
@@ -219,12 +256,28 @@ def qconv2d(inputs, attrs):
         },
     )
 
-    def out(n, m, oh, ow):
-        a = acc[(n, m // lanes, oh, ow, m % lanes)]
-        r = residual[(n, m, oh, ow)] if residual is not None else None
-        return _requantize(a, rq, m, attrs, r)
+    def requant(n, ob, oh, ow, oi):
+        m = ob * lanes + oi
+        r = None
+        if residual is not None:  # padded channels read the last real one (discarded)
+            r = residual[(n, te.min_(m, oc - 1) if nb * lanes != oc else m, oh, ow)]
+        return _requantize(acc[(n, ob, oh, ow, oi)], rq, m, attrs, r)
 
-    return [te.compute([x.shape[0], oc, *spatial], out, name="qconv", tag="requantize")]
+    blocked = te.compute(acc.shape, requant, name="qconv_rq", tag="requantize_blocked")
+    return [
+        te.compute(
+            [x.shape[0], oc, *spatial], _unblock(blocked, lanes), name="qconv", tag="requantize"
+        )
+    ]
+
+
+def _unblock(blocked: te.Tensor, lanes: int):
+    """NCHW from the requantized block (N, C'/L, H, W, L): a byte copy."""
+
+    def f(n, m, oh, ow):
+        return blocked[(n, m // lanes, oh, ow, m % lanes)]
+
+    return f
 
 
 @register_op("qdense", "out_elemwise_fusable")
@@ -365,7 +418,8 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     intrin = dot4_intrin(x.dtype, lanes, ctx.target)
 
     sch = te.create_schedule(ctx.outs)
-    _inline_rest(sch, [acc] + ([pad] if pad is not None else []))
+    rqb = find_tagged(out, "requantize_blocked")
+    _inline_rest(sch, [acc, rqb] + ([pad] if pad is not None else []))
     if pad is not None:
         padded_copy_at_root(sch[pad], ctx.target.cores > 1, False)
     st_out = sch[out]
@@ -384,7 +438,17 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     st.unroll(ob)
     st.unroll(aow)
     st.tensorize(oi, intrin)
+    _epilogue_at(sch, rqb, st_out, owo)
     return sch
+
+
+def _epilogue_at(sch: te.Schedule, rqb: te.Tensor, st_out, at) -> None:
+    """The requantize epilogue over the tile's accumulator blocks, each block of L
+    lanes one contiguous run (vectorizable; NCHW's channels are a plane apart), then
+    the output's own loops copy it out."""
+    st = sch[rqb]
+    st.compute_at(st_out, at)
+    st.vectorize(st.op.axis[-1])
 
 
 @register_schedule("qdense", "cpu")
@@ -429,7 +493,8 @@ def _depthwise_qconv(ctx: ScheduleContext, acc: te.Tensor) -> te.Schedule:
     cols, lanes = acc.shape[3], acc.shape[4]
     t_ow = cfg.define_split("qtile_ow", cols, _default_tile(1, cols, DW_TILE)[1], most=32)
     sch = te.create_schedule(ctx.outs)
-    _inline_rest(sch, [acc, pad])
+    rqb = find_tagged(out, "requantize_blocked")
+    _inline_rest(sch, [acc, pad, rqb])
     padded_copy_at_root(sch[pad], ctx.target.cores > 1, True)
     st_out = sch[out]
     n, m, oh, ow = st_out.op.axis
@@ -445,4 +510,5 @@ def _depthwise_qconv(ctx: ScheduleContext, acc: te.Tensor) -> te.Schedule:
     st.reorder(an, ob, aoh, rcb, rci, rk0, rk1, aow, oi)
     st.unroll(aow)
     st.vectorize(oi)
+    _epilogue_at(sch, rqb, st_out, owo)
     return sch

@@ -129,6 +129,61 @@ class _Matcher:
     # --- the chain ----------------------------------------------------------------
 
     def try_chain(self, qk: int) -> None:
+        self.try_conv(qk)
+        if qk not in self.replaced:
+            self.try_add(qk)
+
+    def try_add(self, qk: int) -> None:
+        """DQ(a) + DQ(b) -> [relu | clip] -> Q of one shape: an integer add, folded into
+        the epilogue of the integer conv or dense making a (or b) when nothing else
+        reads it."""
+        q = self.graph.nodes[qk]
+        yq = self.scalar_qparams(q)
+        if yq is None or q.attrs.get("dtype") not in _INT_IN:
+            return
+        v, swallowed, act = q.inputs[0], [], None
+        hit = self.producer(v, ("relu", "clip"))
+        if hit and self.private(v):
+            act, v = hit[1], hit[1].inputs[0]
+            swallowed.append(hit[0])
+        hit = self.producer(v, "add")
+        if hit is None or not self.private(v):
+            return
+        sides = [self.dq_activation(i) for i in hit[1].inputs]
+        shape = self.values[v].shape
+        if any(s is None or self.values[s[0]].shape != shape for s in sides):
+            return
+        attrs = add_attrs(sides[0], sides[1], yq, act, q.attrs["dtype"])
+        if attrs is None:
+            return
+        swallowed.append(hit[0])
+        self.removed.update(swallowed)
+        self.replaced[qk] = self.fold_add(hit[1], sides, yq, act, q) or Node(
+            "qadd", q.name, [sides[0][0], sides[1][0]], list(q.outputs), attrs, source=q.source
+        )
+
+    def fold_add(self, add: Node, sides, yq, act, q: Node) -> Node | None:
+        """The integer conv/dense making one side, with the add in its epilogue (the
+        other side its residual input), when the add is its value's only reader."""
+        for mine, other in ((0, 1), (1, 0)):
+            name = sides[mine][0]
+            kq = self.prod.get(name)
+            conv = self.replaced.get(kq)
+            if conv is None or len(conv.inputs) != 3 or not self.private(name):
+                continue
+            if not self.private(add.inputs[mine]):
+                continue
+            attrs = add_attrs(sides[mine], sides[other], yq, act, q.attrs["dtype"])
+            self.removed.update((kq, self.prod[add.inputs[mine]]))  # its Q and DQ
+            return replace(
+                conv,
+                inputs=[*conv.inputs, sides[other][0]],
+                outputs=list(q.outputs),
+                attrs=conv.attrs | {f"add_{k}": v for k, v in attrs.items()},
+            )
+        return None
+
+    def try_conv(self, qk: int) -> None:
         q = self.graph.nodes[qk]
         yq = self.scalar_qparams(q)
         if yq is None or q.attrs.get("dtype") not in _INT_IN:
@@ -246,6 +301,27 @@ class _Matcher:
             inputs.append(residual[0])
             attrs["r_zp"] = residual[2]
         return Node(op, q.name, inputs, list(q.outputs), attrs, source=q.source)
+
+
+def add_attrs(a, b, yq, act: Node | None, dtype: str) -> dict | None:
+    """qadd's attrs for a + b ((tensor, scale, zp) each) quantized to ``yq``: both
+    multipliers over one shift, the larger with 31 significant bits."""
+    fixed = fixed_point(max(a[1], b[1]) / yq[0])
+    if fixed is None:
+        return None
+    shift = fixed[1]
+    lo, hi = _act_bounds(act, yq[0], shift)
+    return {
+        "a_zp": a[2],
+        "b_zp": b[2],
+        "a_mult": round(a[1] / yq[0] * 2**shift),
+        "b_mult": round(b[1] / yq[0] * 2**shift),
+        "shift": shift,
+        "lo": lo,
+        "hi": hi,
+        "y_zp": yq[1],
+        "out_dtype": dtype,
+    }
 
 
 def _act_bounds(act: Node | None, y_scale: float, shift: int) -> tuple[int, int]:
