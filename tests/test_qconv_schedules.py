@@ -13,9 +13,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from packager.codegen import codegen_c
 from packager.frontend.importer import import_onnx
-from packager.graph.passes.quantize import quantize
+from packager.graph.passes.quantize import narrow_bounds, narrow_epilogue, quantize
 from packager.target import CpuTarget
-from tests.test_tensorize import qconv_func, run_host
+from tests.test_tensorize import qconv_case, qconv_func, run_host
 
 
 def depthwise_case(act: str, lanes: int, c=20, hw=9, stride=1, seed=0):
@@ -86,3 +86,43 @@ def test_three_channel_stem_packs_its_channels_in_quads():
     w = graph.values[node.inputs[1]].data
     assert w.shape[1] == 1 and w.shape[-1] == 4  # one quad, its 4th channel zero
     assert not w[..., 3].any()
+
+
+def _with_bounds(case, lo, hi):
+    """A case whose activation bounds are ``lo``/``hi`` (on the scaled product)."""
+    (x, w, rq), attrs = case
+    rq = rq.copy()
+    rq[3], rq[4] = lo, hi
+    return [x, w, rq], attrs
+
+
+@pytest.mark.parametrize("kind", ["full", "depthwise"])
+@pytest.mark.parametrize("bounds", ["none", "relu", "clip"])
+def test_int32_epilogue_gives_the_int64_epilogues_bytes(kind, bounds):
+    """rq32: the epilogue in int32 lanes (bounds after the shift, zero point folded)
+    writes exactly what the int64 one writes, with saturation and the bounds both hit."""
+    case = qconv_case("uint8", 16) if kind == "full" else depthwise_case("uint8", 16)
+    shift = int(case[0][2][1, 0])
+    lo, hi = {"none": (-(2**62), 2**62), "relu": (0, 2**62), "clip": (0, 40 << shift)}[bounds]
+    inputs, attrs = _with_bounds(case, lo, hi)
+    x, w, rq = inputs
+    wabs = np.abs(w.astype(np.int64)).sum(axis=tuple(range(1, w.ndim)))  # a bound is enough
+    assert narrow_epilogue(rq, wabs.repeat(16)[: rq.shape[1]], "uint8", None)
+    narrow = [x, w, narrow_bounds(rq, attrs["y_zp"], "int8")]
+    target = CpuTarget(vector_bits=512, features=())
+    src = codegen_c(qconv_func(narrow, attrs | {"rq32": True}, target)[0])
+    assert "int32_t)(((((int64_t)" in src  # the narrow form really is what runs
+    want = run_host(inputs, attrs, None)
+    got = run_host(narrow, attrs | {"rq32": True}, target)
+    np.testing.assert_array_equal(got, want)
+    assert (want == -128).any() or bounds != "none"
+    assert len(np.unique(want)) > 3
+
+
+def test_int32_epilogue_is_refused_where_int32_could_overflow():
+    rq = np.zeros((7, 16), np.int64)
+    rq[0], rq[1], rq[2] = 2**30, 31, 2**30
+    wabs = np.full(16, 2**24)  # 255 * 2**24 > 2**31: acc + bias may not fit int32
+    assert not narrow_epilogue(rq, wabs, "uint8", None)
+    assert narrow_epilogue(rq, wabs // 512, "uint8", None)
+    assert not narrow_epilogue(rq, wabs // 512, "uint8", ("r", 0.1, 0))  # a residual

@@ -14,11 +14,14 @@ saturating pair sum) and end in a requantize epilogue read from one int64 table
   rq[0] multiplier  rq[1] right shift  rq[2] rounding term (1 << (shift - 1))
   rq[3] / rq[4]     activation bounds on the scaled product
   rq[5] residual multiplier  rq[6] bias (already minus x_zp * sum(w))
+  rq[7] / rq[8]     with ``rq32``: the output's bounds after the shift (zero point added)
 
   p = clamp((acc + bias) * mult, lo, hi) [+ (r - r_zp) * res_mult]
   y = saturate(((p + round) >> shift) + y_zp)
 
-attrs of both: x_zp, y_zp, out_dtype (int8/uint8), r_zp (with a residual input).
+attrs of both: x_zp, y_zp, out_dtype (int8/uint8), r_zp (with a residual input), rq32
+(the epilogue in int32 lanes: y = clamp(((acc + bias) * mult + round) >> shift) + y_zp,
+rq[7], rq[8]), the same bytes where the quantize pass sets it).
 With ``add_shift`` (a folded integer add) the residual input is instead side b of a
 ``qadd`` whose side a is y, and the ``add_*`` attrs are qadd's.
 """
@@ -114,12 +117,17 @@ def dynamic_qparams(inputs, attrs):
 # --- integer kernels --------------------------------------------------------------
 
 
-def _requantize(acc, rq, m, attrs, residual=None):
-    """The epilogue: int32 accumulator of output channel ``m`` -> out_dtype."""
+def _requantize(acc, rq, m, attrs, residual=None, wide=False):
+    """The epilogue: int32 accumulator of output channel ``m`` -> out_dtype (``wide``:
+    an int32 holding the value where the int32 epilogue applies, so a blocked stage's
+    lanes are all 32-bit and vectorize at full width; the copy out narrows)."""
     if "add_shift" in attrs:  # a folded integer add: the conv's output is its operand a
         y = _requantize(acc, rq, m, {k: v for k, v in attrs.items() if k != "add_shift"})
         return _qadd(te.cast(I64, y), te.cast(I64, residual), attrs, "add_")
     out = attrs["out_dtype"]
+    if attrs.get("rq32") and residual is None:
+        y = _requantize32(acc, rq, m, int(attrs["y_zp"]))
+        return y if wide else te.cast(out, y)
     lo, hi = QRANGE[out]
     p = (te.cast(I64, acc) + rq[(6, m)]) * rq[(0, m)]
     p = te.min_(te.max_(p, rq[(3, m)]), rq[(4, m)])
@@ -129,6 +137,20 @@ def _requantize(acc, rq, m, attrs, residual=None):
     y = te.binary(">>", p + rq[(2, m)], rq[(1, m)]) + te.const(int(attrs["y_zp"]), I64)
     y = te.min_(te.max_(y, te.const(lo, I64)), te.const(hi, I64))
     return te.cast(out, y)
+
+
+def _requantize32(acc, rq, m, y_zp: int):
+    """The epilogue in int32 lanes where the quantize pass proved it exact (``rq32``):
+    acc + bias and the rounded shifted product fit int32 (only the multiply is wide,
+    int32 x int32), and the activation's bounds, applied after the shift, are rows 7
+    and 8 of ``rq`` (the zero point added, within the output type)."""
+
+    def i32(k):
+        return te.cast(I32, rq[(k, m)])
+
+    v = te.cast(I64, te.cast(I32, acc) + i32(6)) * te.cast(I64, i32(0))
+    y = te.cast(I32, te.binary(">>", v + rq[(2, m)], rq[(1, m)])) + te.const(y_zp, I32)
+    return te.min_(te.max_(y, i32(7)), i32(8))
 
 
 ADD_KEYS = ("a_zp", "b_zp", "a_mult", "b_mult", "shift", "lo", "hi", "y_zp", "out_dtype")
@@ -261,21 +283,26 @@ def qconv2d(inputs, attrs):
         r = None
         if residual is not None:  # padded channels read the last real one (discarded)
             r = residual[(n, te.min_(m, oc - 1) if nb * lanes != oc else m, oh, ow)]
-        return _requantize(acc[(n, ob, oh, ow, oi)], rq, m, attrs, r)
+        return _requantize(acc[(n, ob, oh, ow, oi)], rq, m, attrs, r, wide=True)
 
     blocked = te.compute(acc.shape, requant, name="qconv_rq", tag="requantize_blocked")
     return [
         te.compute(
-            [x.shape[0], oc, *spatial], _unblock(blocked, lanes), name="qconv", tag="requantize"
+            [x.shape[0], oc, *spatial],
+            _unblock(blocked, lanes, attrs["out_dtype"]),
+            name="qconv",
+            tag="requantize",
         )
     ]
 
 
-def _unblock(blocked: te.Tensor, lanes: int):
-    """NCHW from the requantized block (N, C'/L, H, W, L): a byte copy."""
+def _unblock(blocked: te.Tensor, lanes: int, out: str):
+    """NCHW from the requantized block (N, C'/L, H, W, L): a copy (narrowing an int32
+    block to the output type)."""
 
     def f(n, m, oh, ow):
-        return blocked[(n, m // lanes, oh, ow, m % lanes)]
+        v = blocked[(n, m // lanes, oh, ow, m % lanes)]
+        return v if blocked.dtype == out else te.cast(out, v)
 
     return f
 

@@ -32,6 +32,7 @@ from .pack_gemm_weights import _block
 
 _BIG = 2**62  # no activation bound
 _INT_IN = ("int8", "uint8")
+_QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 
 
 def quantize(graph: Graph, ctx=None) -> Graph:
@@ -243,12 +244,14 @@ class _Matcher:
         k4 = 4 if groups == 1 else min(4, cg)
         packed = pack_conv_int8(w, self.lanes, k4)
         corr = bias - x[2] * w.reshape(oc, -1).astype(np.int64).sum(1)
+        wabs = np.abs(w.reshape(oc, -1).astype(np.int64)).sum(1)
         rq = self.rq_table(acc_scale, corr, yq, act, residual, packed.shape[0] * self.lanes)
         if rq is None:
             return None
         attrs = {
             k: node.attrs[k] for k in ("strides", "dilations", "pads", "groups") if k in node.attrs
         }
+        rq, attrs["rq32"] = self.narrowed(rq, wabs, x, yq, q, residual)
         return self.integer_node("qconv2d", q, x, packed, rq, yq, residual, attrs | {"oc": oc})
 
     def dense(self, node, x, yq, q, act, residual) -> Node | None:
@@ -273,10 +276,13 @@ class _Matcher:
         k4 = min(4, wkn.shape[0])
         packed = pack_dense_int8(wkn, self.lanes, k4)
         corr = bias - x[2] * wkn.astype(np.int64).sum(0)
+        wabs = np.abs(wkn.astype(np.int64)).sum(0)
         rq = self.rq_table(acc_scale, corr, yq, act, residual, packed.shape[0] * self.lanes)
         if rq is None:
             return None
-        return self.integer_node("qdense", q, x, packed, rq, yq, residual, {"n": wkn.shape[1]})
+        rq, narrow = self.narrowed(rq, wabs, x, yq, q, residual)
+        attrs = {"n": wkn.shape[1], "rq32": narrow}
+        return self.integer_node("qdense", q, x, packed, rq, yq, residual, attrs)
 
     def rq_table(self, acc_scale, bias, yq, act, residual, padded: int):
         y_scale = yq[0]
@@ -292,6 +298,13 @@ class _Matcher:
             table[:, c] = (mult, shift, 1 << (shift - 1), lo, hi, rmult, bias[c])
         return table
 
+    def narrowed(self, rq, wabs, x, yq, q, residual):
+        """(rq, whether the epilogue runs in int32 lanes), rq with the rows that needs."""
+        out = q.attrs["dtype"]
+        if not narrow_epilogue(rq, wabs, self.values[x[0]].dtype, residual):
+            return rq, False
+        return narrow_bounds(rq, int(yq[1]), out), True
+
     def integer_node(self, op, q, x, packed, rq, yq, residual, attrs) -> Node:
         w_name = add_const(self.values, packed, f"{q.outputs[0]}_w_int8")
         rq_name = add_const(self.values, rq, f"{q.outputs[0]}_requant")
@@ -301,6 +314,38 @@ class _Matcher:
             inputs.append(residual[0])
             attrs["r_zp"] = residual[2]
         return Node(op, q.name, inputs, list(q.outputs), attrs, source=q.source)
+
+
+def narrow_epilogue(rq: np.ndarray, wabs: np.ndarray, x_dtype: str, residual) -> bool:
+    """Whether the requantize epilogue may run in int32 lanes, giving the same bytes:
+    acc + bias fits int32 for every input (|x| <= the type's largest magnitude), so does
+    its rounded shifted product, and there is no residual to add before the shift. Then
+    the clamps at the activation's bounds move after the shift (it is monotone) and join
+    the saturation: ``rq`` gains rows 7 and 8, those bounds on the output (its zero point
+    included)."""
+    if residual is not None:
+        return False
+    xmax = max(abs(v) for v in _QRANGE[x_dtype])
+    n = len(wabs)
+    mult, shift, rnd, bias = (rq[k, :n].tolist() for k in (0, 1, 2, 6))
+    for c in range(n):
+        v = abs(bias[c]) + xmax * int(wabs[c])
+        if v >= 2**31 or (v * mult[c] + rnd[c]) >> shift[c] >= 2**31 - 256:
+            return False
+    return True
+
+
+def narrow_bounds(rq: np.ndarray, y_zp: int, out: str) -> np.ndarray:
+    """rq with rows 7 and 8: the activation's bounds after the shift, plus the zero
+    point, within the output type (clamp(clamp(t, a, b), q0, q1) is clamp(t, a', b') with
+    a', b' = a, b clamped to [q0, q1], for a <= b)."""
+    q0, q1 = _QRANGE[out]
+    rows = np.zeros((2, rq.shape[1]), np.int64)
+    for c in range(rq.shape[1]):
+        shift, rnd, lo, hi = (int(rq[k, c]) for k in range(1, 5))
+        a, b = ((v + rnd) >> shift for v in (lo, hi))
+        rows[:, c] = [min(max(t + y_zp, q0), q1) for t in (a, b)]
+    return np.concatenate([rq, rows])
 
 
 def add_attrs(a, b, yq, act: Node | None, dtype: str) -> dict | None:
