@@ -12,6 +12,7 @@ from .importer import (
     DEFAULT_DOMAINS,
     SHAPE_ONLY,
     graph_input_shapes,
+    input_dims,
     load_model,
     model_opset,
     type_name,
@@ -19,11 +20,9 @@ from .importer import (
 )
 
 
-def _dims(vi: onnx.ValueInfoProto) -> list:
-    return [
-        d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-        for d in vi.type.tensor_type.shape.dim
-    ]
+def _dims(vi: onnx.ValueInfoProto) -> list | None:
+    """Declared dims (None: rank not declared); a -1 shows as ``?``, as it means."""
+    return input_dims(vi)
 
 
 def _elem(vi: onnx.ValueInfoProto) -> str:
