@@ -1,4 +1,4 @@
-"""Normalizations: batch (inference), instance, layer, mean-variance, Lp, and LRN.
+"""Normalizations: batch (inference), instance, layer, RMS, mean-variance, Lp, and LRN.
 
 Statistics are their own reduction stages (mean, then the centered variance) so
 that schedules see plain reductions; the normalizing expression is elementwise.
@@ -108,6 +108,25 @@ def layer_norm(inputs, attrs):
 
     y = te.compute(x.shape, f, name="layer_norm", tag="elemwise")
     return [y, st.mean, inv] if attrs.get("with_stats") else [y]
+
+
+@register_op("rms_norm", "opaque")
+def rms_norm(inputs, attrs):
+    """x / sqrt(mean(x^2) + epsilon) * scale, the mean over the dims from attrs axis on."""
+    x, scale = inputs
+    axes = list(range(attrs["axis"], x.ndim))
+    sum_sq = reduce_tensor(x, "reduce_sum_square", axes, True, name="rms_norm_sumsq")
+    count = te.const(Axes(x, axes, True).count, x.dtype)
+    eps = attrs.get("epsilon", 1e-5)
+    inv = te.compute(
+        sum_sq.shape, lambda *i: _rsqrt(sum_sq[i] / count, eps), name="rms_norm_inv", tag="elemwise"
+    )
+
+    def f(*i):
+        row = tuple(0 if a in axes else v for a, v in enumerate(i))
+        return x[i] * inv[row] * bcast(scale, i)
+
+    return [te.compute(x.shape, f, name="rms_norm", tag="elemwise")]
 
 
 @register_op("mean_variance_norm", "opaque")

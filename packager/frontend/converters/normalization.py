@@ -1,5 +1,5 @@
 """BatchNormalization (inference), InstanceNormalization, LayerNormalization,
-MeanVarianceNormalization, LpNormalization and LRN."""
+RMSNormalization, MeanVarianceNormalization, LpNormalization and LRN."""
 
 from __future__ import annotations
 
@@ -88,6 +88,17 @@ def layer_norm(ctx, node):
             with_stats=int(stats),
         )
     ]
+
+
+@converter("RMSNormalization")
+def rms_norm(ctx, node):
+    check_attrs(ctx, node, {"axis", "epsilon", "stash_type"})
+    if ctx.attr(node, "stash_type", 1) != 1:
+        ctx.fail(node, "attribute 'stash_type' other than 1 (float32) is not supported")
+    ndim = len(ctx.value(node.input[0]).shape)
+    axis = axis_in(ctx, node, int(ctx.attr(node, "axis", -1)), ndim)
+    eps = float(ctx.attr(node, "epsilon", 1e-5))
+    return [ctx.node("rms_norm", node, list(node.input[:2]), axis=axis, epsilon=eps)]
 
 
 @converter("MeanVarianceNormalization")
