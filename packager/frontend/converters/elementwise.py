@@ -21,6 +21,7 @@ UNARY = {
     "Sigmoid": ("sigmoid", {}),
     "HardSigmoid": ("hard_sigmoid", {"alpha": 0.2, "beta": 0.5}),
     "HardSwish": ("hard_swish", {}),
+    "Swish": ("swish", {"alpha": 1.0}),
     "Tanh": ("tanh", {}),
     "Sqrt": ("sqrt", {}),
     "Erf": ("erf", {}),
@@ -101,6 +102,21 @@ def unary(ctx, node):
     op, table = UNARY[node.op_type]
     check_attrs(ctx, node, table)
     return [ctx.node(op, node, [node.input[0]], **_attrs(ctx, node, table))]
+
+
+@converter("SwiGLU")
+def swiglu(ctx, node):
+    """Swish(A) * B: the gate's activation, then the product (both fuse into one kernel)."""
+    check_attrs(ctx, node, {"alpha"})
+    a, b = node.input[:2]
+    if ctx.value(a).shape != ctx.value(b).shape:
+        ctx.fail(node, f"A {list(ctx.value(a).shape)} and B {list(ctx.value(b).shape)} differ")
+    gate = ctx.fresh(f"{node.output[0]}_gate")
+    alpha = float(ctx.attr(node, "alpha", 1.0))
+    return [
+        ctx.node("swish", node, [a], outputs=[gate], alpha=alpha),
+        ctx.node("mul", node, [gate, b]),
+    ]
 
 
 @converter(*BINARY)
