@@ -2,7 +2,8 @@
 import, lower, write a bundle, compile its kernels and the C runtime, run run_bundle.
 
 A model may feed, as a graph input, a value the packager needs as a constant (a Reshape's
-shape, a Resize's scales, a reduction's axes: the node test suite does). Such an input is
+shape, a Resize's scales, a reduction's axes, a Range's bounds: the node test suite
+does). Such an input is
 frozen to the value the first run gives it, as if the model had it as an initializer, and
 the model is packaged then; a later run with another value for it is refused."""
 
@@ -81,10 +82,18 @@ class FrozenInputsRep(BackendRep):
             values = {n: np.asarray(feeds[n]) for n in sorted(self.frozen)}
             try:
                 return self.build(freeze_inputs(self.model, values)), values
-            except NeedsConstantError as e:
-                if e.input_name not in feeds or e.input_name in self.frozen:
+            except PackagerError as e:
+                more = set(must_be_constant(e)) - self.frozen
+                if not more or not more <= set(feeds):
                     raise
-                self.frozen.add(e.input_name)
+                self.frozen |= more
+
+
+def must_be_constant(e: PackagerError) -> tuple[str, ...]:
+    """The values an import refused for not being constants (none for other errors)."""
+    if isinstance(e, NeedsConstantError):
+        return (e.input_name,)
+    return getattr(e, "needs_constant", ())
 
 
 def runtime_inputs(model: onnx.ModelProto):
@@ -125,10 +134,11 @@ class PackagerBackend(Backend):
 
         try:
             return build(model)
-        except NeedsConstantError as e:
-            if e.input_name not in {i.name for i in runtime_inputs(model)}:
+        except PackagerError as e:
+            names = set(must_be_constant(e))
+            if not names or not names <= {i.name for i in runtime_inputs(model)}:
                 raise
-            return FrozenInputsRep(model, {e.input_name}, build)
+            return FrozenInputsRep(model, names, build)
 
     @staticmethod
     def _build(model, input_shapes, conv_algorithm, board) -> PackagerRep:

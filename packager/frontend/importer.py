@@ -43,7 +43,14 @@ ONNX_DTYPES = {
 # Ops that read only their input's shape: always foldable, shapes being static.
 SHAPE_ONLY = {"Shape", "Size"}
 # Ops whose output shape is their input's value: supported when the inputs are constants.
-VALUE_SHAPED = {"ConstantOfShape", "Range", "Constant"}
+VALUE_SHAPED = {
+    "ConstantOfShape",
+    "Range",
+    "Constant",
+    "HannWindow",
+    "HammingWindow",
+    "BlackmanWindow",
+}
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # Element types an initializer may have when only package-time folding reads it (a Cast of
 # float16 weights): numpy holds them, the kernels never see them.
@@ -424,6 +431,7 @@ def check_supported(onodes, values: dict[str, Value], path: str) -> None:
     checked when it is inlined); one with a runtime condition is named in the list."""
     const = {n for n, v in values.items() if v.is_const}
     missing: dict[str, str] = {}
+    runtime_args: list[str] = []  # the runtime inputs of value-shaped ops
     for node in onodes:
         present = [i for i in node.input if i]
         label = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
@@ -441,12 +449,17 @@ def check_supported(onodes, values: dict[str, Value], path: str) -> None:
             const.update(o for o in node.output if o)
             continue
         if label in VALUE_SHAPED:
-            label += " with runtime inputs (its output shape must be known at package time)"
+            label += f" {VALUE_SHAPED_NOTE}"
+            runtime_args += [i for i in present if i not in const]
         label += CONTROL_FLOW.get(label, "")
         if node.domain not in DEFAULT_DOMAINS or get_converter(node.op_type) is None:
             missing.setdefault(label, where)
     if missing:
-        raise UnsupportedOpsError(missing, path)
+        only_value_shaped = all(VALUE_SHAPED_NOTE in label for label in missing)
+        raise UnsupportedOpsError(missing, path, runtime_args if only_value_shaped else ())
+
+
+VALUE_SHAPED_NOTE = "with runtime inputs (its output shape must be known at package time)"
 
 
 # Ops whose body runs a data-dependent number of times: not folded, not converted.
