@@ -236,10 +236,17 @@ def cast_like(ctx, node):
 
 @converter("Dropout")
 def dropout(ctx, node):
-    """Inference: Y = X, and the optional mask is all true (ratio has no effect)."""
+    """Inference: Y = X, and the optional mask is all true (ratio has no effect). In
+    training mode only a ratio of 0 drops nothing, so only it means the same."""
     check_attrs(ctx, node, {"ratio", "is_test", "seed"})
     if ctx.has_input(node, 2) and scalar(ctx, node, 2, "training_mode"):
-        ctx.fail(node, "training_mode=true is not supported (packaged models run inference)")
+        ratio = scalar(ctx, node, 1, "ratio") if ctx.has_input(node, 1) else 0.5
+        if ratio != 0:
+            ctx.fail(
+                node,
+                f"training_mode=true with ratio {ratio} is not supported (packaged models "
+                "run inference; it drops at random)",
+            )
     nodes = [ctx.node("identity", node, [node.input[0]], outputs=[node.output[0]])]
     if len(node.output) > 1 and node.output[1]:
         x = ctx.value(node.input[0])
