@@ -202,3 +202,9 @@ def _loop_body():
         ],
         [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, [])],
     )
+
+
+def test_inspect_tells_a_folded_if_from_a_runtime_one(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(if_on_shape(), path)
+    assert inspect_model(str(path))["ops"]["If"]["status"] == "branch inlined at package time"
