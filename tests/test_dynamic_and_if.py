@@ -208,3 +208,62 @@ def test_inspect_tells_a_folded_if_from_a_runtime_one(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(if_on_shape(), path)
     assert inspect_model(str(path))["ops"]["If"]["status"] == "branch inlined at package time"
+
+
+# --- a detector's head on odd shapes -----------------------------------------
+
+
+def detector_head():
+    """Conv, grouped strided ConvTranspose with output padding, nearest and linear Resize,
+    HardSwish/HardSigmoid and global pooling, on a 16-channel 7x9 map."""
+    f32 = np.float32
+    inits = [
+        _init("w", RNG.standard_normal((16, 3, 3, 3)).astype(f32) * 0.2),
+        _init("wt", RNG.standard_normal((16, 4, 3, 3)).astype(f32) * 0.2),
+        _init("up", np.array([1, 1, 2, 2], f32)),
+        _init("roi", np.array([], f32)),
+        _init("size", np.array([1, 16, 20, 23], np.int64)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("HardSwish", ["c"], ["a"]),
+        helper.make_node(
+            "ConvTranspose",
+            ["a", "wt"],
+            ["t"],
+            group=4,
+            strides=[2, 2],
+            output_padding=[1, 0],
+            auto_pad="SAME_UPPER",
+        ),
+        helper.make_node(
+            "Resize",
+            ["t", "roi", "up"],
+            ["n"],
+            mode="nearest",
+            coordinate_transformation_mode="asymmetric",
+            nearest_mode="floor",
+        ),
+        helper.make_node(
+            "Resize",
+            ["t", "roi", "", "size"],
+            ["l"],
+            mode="linear",
+            coordinate_transformation_mode="half_pixel",
+        ),
+        helper.make_node("HardSigmoid", ["l"], ["hs"], alpha=0.3, beta=0.4),
+        helper.make_node("GlobalAveragePool", ["n"], ["gn"]),
+        helper.make_node("GlobalMaxPool", ["hs"], ["gl"]),
+        helper.make_node("Add", ["gn", "gl"], ["y"]),
+    ]
+    outs = [_out("y", 4), _out("hs", 4)]
+    return _model(nodes, [_input("x", [1, 3, 7, 9])], outs, inits)
+
+
+def test_detector_head_on_odd_shapes_matches_ort():
+    model = detector_head()
+    x = RNG.standard_normal((1, 3, 7, 9)).astype(np.float32)
+    got = run_model(model, {"x": x})
+    want = ort_outputs(model, {"x": x})
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
