@@ -267,3 +267,15 @@ def test_detector_head_on_odd_shapes_matches_ort():
     want = ort_outputs(model, {"x": x})
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_an_initializer_input_declared_with_a_dynamic_dim_is_its_constant():
+    # a default value for an input declared [-1, 4]: the -1 is no mismatch
+    model = _model(
+        [helper.make_node("Add", ["x", "b"], ["y"])],
+        [_input("x", [2, 4]), _input("b", [-1, 4])],
+        [_out("y", 2)],
+        [_init("b", np.ones((2, 4), np.float32))],
+    )
+    g = import_onnx("m", None, model=model)
+    assert g.inputs == ["x"] and g.values["b"].is_const

@@ -182,7 +182,7 @@ def check_initializer_inputs(model: onnx.ModelProto, path: str) -> None:
         if t is None or not vi.type.HasField("tensor_type"):
             continue
         tt = vi.type.tensor_type
-        declared = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        declared = [d if isinstance(d, int) else None for d in input_dims(vi) or []]
         shape_differs = tt.HasField("shape") and (
             len(declared) != len(t.dims)
             or any(d is not None and d != k for d, k in zip(declared, t.dims, strict=True))
