@@ -87,7 +87,8 @@ def cmd_inspect(args) -> int:
     for kind in ("inputs", "outputs"):
         print(f"{kind}:")
         for v in report[kind]:
-            print(f"  {v['name']}: {v['dtype']}{v['shape']}")
+            shape = " (rank not declared)" if v["shape"] is None else v["shape"]
+            print(f"  {v['name']}: {v['dtype']}{shape}")
     print("ops:")
     width = max((len(op) for op in report["ops"]), default=2)
     for op, info in report["ops"].items():

@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..errors import PackagerError
+from ..errors import NeedsConstantError, PackagerError
 from ..graph.ir import Node, Value
 
 
@@ -34,10 +34,12 @@ class ConvertContext:
             return None
         v = self.values[node.input[i]]
         if v.data is None:
-            self.fail(
-                node,
-                f"input {i} ({what or node.input[i]}) must be a constant "
-                "(computed from the model's weights or shapes), not a runtime tensor",
+            label = node.name or (node.output[0] if node.output else "?")
+            raise NeedsConstantError(
+                f"{self.model_path}: node '{label}' ({node.op_type}): input {i} "
+                f"({what or node.input[i]}) must be a constant (computed from the model's "
+                "weights or shapes), not a runtime tensor",
+                node.input[i],
             )
         return v.data
 

@@ -43,7 +43,14 @@ ONNX_DTYPES = {
 # Ops that read only their input's shape: always foldable, shapes being static.
 SHAPE_ONLY = {"Shape", "Size"}
 # Ops whose output shape is their input's value: supported when the inputs are constants.
-VALUE_SHAPED = {"ConstantOfShape", "Range", "Constant"}
+VALUE_SHAPED = {
+    "ConstantOfShape",
+    "Range",
+    "Constant",
+    "HannWindow",
+    "HammingWindow",
+    "BlackmanWindow",
+}
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # Element types an initializer may have when only package-time folding reads it (a Cast of
 # float16 weights): numpy holds them, the kernels never see them.
@@ -175,7 +182,7 @@ def check_initializer_inputs(model: onnx.ModelProto, path: str) -> None:
         if t is None or not vi.type.HasField("tensor_type"):
             continue
         tt = vi.type.tensor_type
-        declared = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        declared = [d if isinstance(d, int) else None for d in input_dims(vi) or []]
         shape_differs = tt.HasField("shape") and (
             len(declared) != len(t.dims)
             or any(d is not None and d != k for d, k in zip(declared, t.dims, strict=True))
@@ -209,13 +216,39 @@ def np_to_dtype(arr: np.ndarray) -> str:
     return "bool" if arr.dtype == np.bool_ else str(arr.dtype)
 
 
+def input_dims(vi: onnx.ValueInfoProto) -> list | None:
+    """An input's declared dims: an int for a fixed dim, else a string for a dynamic one:
+    its symbol (``batch``), ``?`` for a dim with neither value nor name, or the value as
+    text for a negative one (``-1``, the exporters' other spelling of "dynamic"). None
+    when the rank itself is not declared."""
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    return [_dim(d) for d in tt.shape.dim]
+
+
+def _dim(d) -> int | str:
+    if d.HasField("dim_value"):
+        return d.dim_value if d.dim_value >= 0 else str(d.dim_value)
+    return d.dim_param or "?"
+
+
+def is_dynamic(dims: list | None) -> bool:
+    return dims is None or any(not isinstance(d, int) for d in dims)
+
+
+def dims_text(dims: list | None) -> str:
+    return "of unknown rank" if dims is None else f"[{', '.join(map(str, dims))}]"
+
+
 def graph_input_shapes(
     model: onnx.ModelProto,
     overrides: dict[str, list[int]] | None,
     path: str = "model",
     max_bytes: int | None = None,
 ) -> dict[str, tuple[tuple[int, ...], str]]:
-    """Name -> (shape, dtype) of every runtime input, dynamic dims fixed by ``overrides``."""
+    """Name -> (shape, dtype) of every runtime input, dynamic dims fixed by ``overrides``.
+    Every input left dynamic is named in one error, with the flag that fixes it."""
     overrides = dict(overrides or {})
     inits = {t.name for t in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in inits]
@@ -226,32 +259,52 @@ def graph_input_shapes(
                 f"{path}: --input-shape names '{name}', which is not an input "
                 f"(inputs: {', '.join(known) or 'none'})"
             )
-    out = {}
+    out, open_dims = {}, {}
     for vi in inputs:
-        tt = vi.type.tensor_type
         what = f"{path}: input '{vi.name}'"
-        dtype = dtype_of(tt.elem_type, what)
-        dims = [
-            d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim
-        ]
+        dtype = dtype_of(vi.type.tensor_type.elem_type, what)
+        dims = input_dims(vi)
         if vi.name in overrides:
             shape = tuple(overrides[vi.name])
-            fixed = [(k, d) for k, d in enumerate(dims) if isinstance(d, int)]
-            if len(shape) != len(dims) or any(shape[k] != d for k, d in fixed):
-                raise PackagerError(
-                    f"{path}: --input-shape {vi.name}={','.join(map(str, shape))} does not "
-                    f"match the model's dims [{', '.join(map(str, dims))}]"
-                )
-        elif all(isinstance(d, int) for d in dims):
-            shape = tuple(dims)
+            _check_override(vi.name, shape, dims, path)
+        elif is_dynamic(dims):
+            open_dims[vi.name] = dims
+            continue
         else:
-            raise PackagerError(
-                f"{path}: input '{vi.name}' has dynamic dims [{', '.join(map(str, dims))}]; "
-                f"fix them with --input-shape {vi.name}=D0,D1,..."
-            )
+            shape = tuple(dims)
         check_size(shape, dtype, what, max_bytes)
         out[vi.name] = (shape, dtype)
+    if open_dims:
+        raise PackagerError(_dynamic_message(open_dims, path))
     return out
+
+
+def _check_override(name: str, shape: tuple, dims: list | None, path: str) -> None:
+    if dims is None:
+        return  # any rank fits an input whose rank the model leaves open
+    fixed = [(k, d) for k, d in enumerate(dims) if isinstance(d, int)]
+    if len(shape) != len(dims) or any(shape[k] != d for k, d in fixed):
+        raise PackagerError(
+            f"{path}: --input-shape {name}={','.join(map(str, shape))} does not "
+            f"match the model's dims {dims_text(dims)}"
+        )
+
+
+def _dynamic_message(open_dims: dict[str, list | None], path: str) -> str:
+    """One error for all the inputs left dynamic: each with its dims, and the flags."""
+    lines = [f"{path}: {len(open_dims)} input(s) have dynamic dims; fix each with --input-shape:"]
+    for name, dims in open_dims.items():
+        lines.append(f"  input '{name}' has dynamic dims {dims_text(dims)}")
+    flags = " ".join(f"--input-shape {n}={_example(d)}" for n, d in open_dims.items())
+    lines.append(f"  e.g. {flags}")
+    return "\n".join(lines)
+
+
+def _example(dims: list | None) -> str:
+    """The dims with each dynamic one as D0, D1, ...: what the user fills in."""
+    if dims is None:
+        return "D0,D1,..."
+    return ",".join(str(d) if isinstance(d, int) else f"D{k}" for k, d in enumerate(dims))
 
 
 def import_onnx(
@@ -275,16 +328,9 @@ def import_onnx(
     for name, (shape, dtype) in inputs.items():
         values[name] = Value(name, shape, dtype)
 
-    check_supported(model, values, path)
     ctx = ConvertContext(values, opset, path)
     nodes: list[Node] = []
-    for onode in model.graph.node:
-        if is_foldable(onode, values):
-            fold(onode, values, opset, path, max_bytes)
-            continue
-        for node in get_converter(onode.op_type)(ctx, onode):
-            infer_node(node, values, path, max_bytes)
-            nodes.append(node)
+    import_nodes(model.graph.node, ctx, nodes, max_bytes)
 
     outputs = [o.name for o in model.graph.output]
     for o in model.graph.output:
@@ -292,6 +338,63 @@ def import_onnx(
             raise PackagerError(f"{path}: graph output '{o.name}' is produced by no node")
         check_declared_type(o, values[o.name], path)
     return Graph(model.graph.name or "model", list(inputs), outputs, nodes, values)
+
+
+def import_nodes(onodes, ctx: ConvertContext, nodes: list[Node], max_bytes: int | None) -> None:
+    """Fold or convert ``onodes`` in order, appending library nodes to ``nodes``; an If
+    whose condition is known now is replaced by the nodes of the branch it takes."""
+    values, path = ctx.values, ctx.model_path
+    check_supported(onodes, values, path)
+    for onode in onodes:
+        if onode.op_type == "If" and onode.domain in DEFAULT_DOMAINS:
+            inline_if(onode, ctx, nodes, max_bytes)
+        elif is_foldable(onode, values):
+            fold(onode, values, ctx.opset, path, max_bytes)
+        else:
+            convert = get_converter(onode.op_type)
+            if convert is None or onode.domain not in DEFAULT_DOMAINS:
+                # reached only past an inlined branch whose outputs were not constants
+                raise UnsupportedOpsError({onode.op_type: onode.name or onode.output[0]}, path)
+            for node in convert(ctx, onode):
+                infer_node(node, values, path, max_bytes)
+                nodes.append(node)
+
+
+def inline_if(onode, ctx: ConvertContext, nodes: list[Node], max_bytes: int | None) -> None:
+    """An If with a package-time condition: the taken branch's nodes join the graph (its
+    references to outer names resolve in the same table of values), the other branch is
+    dropped, and the If's outputs become the branch's."""
+    cond = ctx.values[onode.input[0]].data
+    if cond is None:
+        ctx.fail(onode, RUNTIME_IF)
+    if np.asarray(cond).size != 1:
+        ctx.fail(onode, f"the condition has {np.asarray(cond).size} elements, not one")
+    branch = ctx.attr(
+        onode, "then_branch" if bool(np.asarray(cond).reshape(-1)[0]) else "else_branch"
+    )
+    import_nodes(branch.node, ctx, nodes, max_bytes)
+    outs = [o.name for o in branch.output]
+    if len(outs) != len(onode.output):
+        ctx.fail(onode, f"the branch gives {len(outs)} outputs, the node has {len(onode.output)}")
+    for inner, outer in zip(outs, onode.output, strict=True):
+        if not outer:
+            continue
+        v = ctx.values.get(inner)
+        if v is None:
+            ctx.fail(onode, f"branch output '{inner}' is produced by no node")
+        if v.is_const:
+            ctx.values[outer] = Value(outer, v.shape, v.dtype, v.data)
+        else:
+            node = ctx.node("identity", onode, [inner], outputs=[outer])
+            infer_node(node, ctx.values, ctx.model_path, max_bytes)
+            nodes.append(node)
+
+
+RUNTIME_IF = (
+    "its condition is computed at run time from the model's inputs; such an If needs a "
+    "runtime control-flow node, which the packager does not support yet (an If whose "
+    "condition is a constant, or is computed from shapes and constants only, is folded)"
+)
 
 
 def check_declared_type(vi: onnx.ValueInfoProto, value: Value, path: str) -> None:
@@ -324,25 +427,48 @@ NEVER_FOLD = {
 }
 
 
-def check_supported(model: onnx.ModelProto, values: dict[str, Value], path: str) -> None:
-    """Raise one error listing every op type that can be neither folded nor converted."""
+def check_supported(onodes, values: dict[str, Value], path: str) -> None:
+    """Raise one error listing every op type that can be neither folded nor converted.
+    An If is supported when its condition is known at package time (its taken branch is
+    checked when it is inlined); one with a runtime condition is named in the list."""
     const = {n for n, v in values.items() if v.is_const}
     missing: dict[str, str] = {}
-    for node in model.graph.node:
+    runtime_args: list[str] = []  # the runtime inputs of value-shaped ops
+    for node in onodes:
         present = [i for i in node.input if i]
+        label = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+        where = node.name or (node.output[0] if node.output else "?")
+        if label == "If":
+            if present and present[0] not in const:
+                missing.setdefault(f"If with a runtime condition ({RUNTIME_IF})", where)
+            else:  # taken as its branch computes them: checked again as they are converted
+                const.update(o for o in node.output if o)
+            continue
         folds = node.op_type in SHAPE_ONLY or (
             all(i in const for i in present) and node.op_type not in NEVER_FOLD
         )
         if folds:
             const.update(o for o in node.output if o)
             continue
-        label = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
         if label in VALUE_SHAPED:
-            label += " with runtime inputs (its output shape must be known at package time)"
+            label += f" {VALUE_SHAPED_NOTE}"
+            runtime_args += [i for i in present if i not in const]
+        label += CONTROL_FLOW.get(label, "")
         if node.domain not in DEFAULT_DOMAINS or get_converter(node.op_type) is None:
-            missing.setdefault(label, node.name or (node.output[0] if node.output else "?"))
+            missing.setdefault(label, where)
     if missing:
-        raise UnsupportedOpsError(missing, path)
+        only_value_shaped = all(VALUE_SHAPED_NOTE in label for label in missing)
+        raise UnsupportedOpsError(missing, path, runtime_args if only_value_shaped else ())
+
+
+VALUE_SHAPED_NOTE = "with runtime inputs (its output shape must be known at package time)"
+
+
+# Ops whose body runs a data-dependent number of times: not folded, not converted.
+CONTROL_FLOW = {
+    "Loop": " (runtime control flow: not supported yet)",
+    "Scan": " (runtime control flow: not supported yet)",
+}
 
 
 def fold(

@@ -12,6 +12,7 @@ from .importer import (
     DEFAULT_DOMAINS,
     SHAPE_ONLY,
     graph_input_shapes,
+    input_dims,
     load_model,
     model_opset,
     type_name,
@@ -19,11 +20,9 @@ from .importer import (
 )
 
 
-def _dims(vi: onnx.ValueInfoProto) -> list:
-    return [
-        d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-        for d in vi.type.tensor_type.shape.dim
-    ]
+def _dims(vi: onnx.ValueInfoProto) -> list | None:
+    """Declared dims (None: rank not declared); a -1 shows as ``?``, as it means."""
+    return input_dims(vi)
 
 
 def _elem(vi: onnx.ValueInfoProto) -> str:
@@ -45,7 +44,11 @@ def inspect_model(path: str, input_shapes: dict | None = None) -> dict:
         op = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
         counts[op] += 1
         present = [i for i in node.input if i]
-        if node.op_type in SHAPE_ONLY or all(i in consts for i in present):
+        if op == "If":  # its taken branch replaces it when the condition is known now
+            known = bool(present) and present[0] in consts
+            if status.get(op) != "UNSUPPORTED":
+                status[op] = "branch inlined at package time" if known else "UNSUPPORTED"
+        elif node.op_type in SHAPE_ONLY or all(i in consts for i in present):
             consts.update(node.output)
             status.setdefault(op, "folded at package time")
         elif node.domain in DEFAULT_DOMAINS and get_converter(node.op_type):

@@ -1,4 +1,5 @@
-"""Normalizations: batch (inference), instance, layer, mean-variance, Lp, and LRN.
+"""Normalizations: batch (inference), instance, group, layer, RMS, mean-variance, Lp, and
+LRN.
 
 Statistics are their own reduction stages (mean, then the centered variance) so
 that schedules see plain reductions; the normalizing expression is elementwise.
@@ -200,6 +201,25 @@ def layer_norm_cpu(ctx: ScheduleContext) -> te.Schedule:
     return sch
 
 
+@register_op("rms_norm", "opaque")
+def rms_norm(inputs, attrs):
+    """x / sqrt(mean(x^2) + epsilon) * scale, the mean over the dims from attrs axis on."""
+    x, scale = inputs
+    axes = list(range(attrs["axis"], x.ndim))
+    sum_sq = reduce_tensor(x, "reduce_sum_square", axes, True, name="rms_norm_sumsq")
+    count = te.const(Axes(x, axes, True).count, x.dtype)
+    eps = attrs.get("epsilon", 1e-5)
+    inv = te.compute(
+        sum_sq.shape, lambda *i: _rsqrt(sum_sq[i] / count, eps), name="rms_norm_inv", tag="elemwise"
+    )
+
+    def f(*i):
+        row = tuple(0 if a in axes else v for a, v in enumerate(i))
+        return x[i] * inv[row] * bcast(scale, i)
+
+    return [te.compute(x.shape, f, name="rms_norm", tag="elemwise")]
+
+
 @register_op("mean_variance_norm", "opaque")
 def mean_variance_norm(inputs, attrs):
     """(x - mean) / (sqrt(var) + 1e-9) over attrs axes (ONNX's function body)."""
@@ -254,3 +274,49 @@ def lrn(inputs, attrs):
         return x[i] / te.call("pow", base, te.const(beta, dt))
 
     return [te.compute(x.shape, f, name="lrn", tag="elemwise")]
+
+
+@register_op("group_norm", "opaque")
+def group_norm(inputs, attrs):
+    """Each group of channels (with its spatial dims) normalized on its own statistics, then
+    a per-channel (or, for attrs per_group, per-group) scale and bias. attrs: groups,
+    epsilon, per_group."""
+    x, scale, bias = inputs
+    groups = int(attrs["groups"])
+    per = x.shape[1] // groups
+    count = te.const(per * math.prod(x.shape[2:]), x.dtype)
+    rc = te.reduce_axis(per, "rc")
+    rs = [te.reduce_axis(n, f"rs{k}") for k, n in enumerate(x.shape[2:])]
+
+    def member(n, g):
+        return x[(n, g * per + rc.var, *(a.var for a in rs))]
+
+    total = te.compute(
+        (x.shape[0], groups),
+        lambda n, g: te.sum(member(n, g), [rc, *rs]),
+        name="group_norm_sum",
+        tag="reduce",
+    )
+    mean = te.compute(
+        total.shape, lambda n, g: total[n, g] / count, name="group_norm_mean", tag="elemwise"
+    )
+
+    def sq_dev(n, g):
+        d = member(n, g) - mean[n, g]
+        return te.sum(d * d, [rc, *rs])
+
+    dev = te.compute(total.shape, sq_dev, name="group_norm_sqdev", tag="reduce")
+    eps = attrs.get("epsilon", 1e-5)
+    inv = te.compute(
+        total.shape,
+        lambda n, g: _rsqrt(dev[n, g] / count, eps),
+        name="group_norm_inv",
+        tag="elemwise",
+    )
+
+    def f(n, c, *i):
+        g = c // per
+        k = g if attrs.get("per_group") else c
+        return (x[(n, c, *i)] - mean[n, g]) * inv[n, g] * scale[k] + bias[k]
+
+    return [te.compute(x.shape, f, name="group_norm", tag="elemwise")]

@@ -1,4 +1,5 @@
-"""Resize: nearest (all rounding modes), N-d linear and cubic interpolation.
+"""Resize: nearest (all rounding modes), N-d linear and cubic interpolation, and the
+antialias filter (widened to the scale) when linear or cubic downsampling.
 
 attrs: sizes (output shape), scales (per dim, as used by the coordinate transform),
 mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside,
@@ -94,6 +95,10 @@ def _taps(i, d: int, n_in: int, attrs: dict):
     def clamp(j):
         return te.min_(te.max_(j, 0), n_in - 1)
 
+    scale = float(attrs["scales"][d])
+    if mode in ("linear", "cubic") and attrs.get("antialias") and scale < 1:
+        offsets, ws = _antialias_taps(r, scale, mode, attrs.get("cubic_coeff_a", -0.75))
+        return _weighted(x0, offsets, ws, n_in, attrs, clamp), outside
     if mode == "nearest":
         up = _nearest_up(r, attrs.get("nearest_mode", "round_prefer_floor"))
         return [(clamp(x0 + te.cast(te.INDEX, up)), None)], outside
@@ -101,16 +106,47 @@ def _taps(i, d: int, n_in: int, attrs: dict):
         return [(clamp(x0), _c(1.0) - r), (clamp(x0 + 1), r)], outside
     if mode == "cubic":
         ws = _cubic_weights(r, attrs.get("cubic_coeff_a", -0.75))
-        idx = [x0 + k for k in (-1, 0, 1, 2)]
-        if attrs.get("exclude_outside", 0):
-            ws = [
-                te.select(te.all_of(j >= 0, j < n_in), w, _c(0.0))
-                for j, w in zip(idx, ws, strict=True)
-            ]
-            total = ws[0] + ws[1] + ws[2] + ws[3]
-            ws = [w / total for w in ws]
-        return [(clamp(j), w) for j, w in zip(idx, ws, strict=True)], outside
+        return _weighted(x0, (-1, 0, 1, 2), ws, n_in, attrs, clamp), outside
     raise ValueError(f"resize: unknown mode {mode!r}")
+
+
+def _antialias_taps(r, scale: float, mode: str, a: float):
+    """Offsets from x0 and normalized weights of the filter widened to 1/scale (the
+    downsampling antialias filter): tap x0 + k sits at distance k - r from the source."""
+    reach = 1 if mode == "linear" else 2
+    start = math.floor(-reach / scale) + 1
+    offsets = list(range(start, 2 - start))
+    ws = [_kernel(_c(scale) * (_c(k) - r), mode, a) for k in offsets]
+    total = ws[0]
+    for w in ws[1:]:
+        total = total + w
+    return offsets, [w / total for w in ws]
+
+
+def _kernel(t, mode: str, a: float) -> te.Expr:
+    """The interpolation kernel's value at signed distance t (float64)."""
+    t = te.select(t < _c(0.0), -t, t)
+    if mode == "linear":
+        return te.max_(_c(1.0) - t, _c(0.0))
+    A = _c(a)
+    near = ((A + _c(2.0)) * t - (A + _c(3.0))) * t * t + _c(1.0)
+    far = ((A * t - _c(5.0) * A) * t + _c(8.0) * A) * t - _c(4.0) * A
+    return te.select(t <= _c(1.0), near, te.select(t < _c(2.0), far, _c(0.0)))
+
+
+def _weighted(x0, offsets, ws, n_in: int, attrs: dict, clamp):
+    """(index, weight) taps at x0 + offsets; exclude_outside drops (and renormalizes
+    away) the taps past the edges, else they read the edge pixel."""
+    idx = [x0 + k for k in offsets]
+    if attrs.get("exclude_outside", 0):
+        ws = [
+            te.select(te.all_of(j >= 0, j < n_in), w, _c(0.0)) for j, w in zip(idx, ws, strict=True)
+        ]
+        total = ws[0]
+        for w in ws[1:]:
+            total = total + w
+        ws = [w / total for w in ws]
+    return [(clamp(j), w) for j, w in zip(idx, ws, strict=True)]
 
 
 def resized_dims(shape, attrs: dict) -> list[int]:

@@ -42,6 +42,10 @@ def _hard_swish(x, a):
     return x * _hard_sigmoid(x, {"alpha": 1 / 6, "beta": 0.5})
 
 
+def _swish(x, a):
+    return x * _sigmoid(x * c(x, a.get("alpha", 1.0)), a)
+
+
 def _sign(x, a):
     # 0 and NaN map to themselves.
     if te.is_float(x.dtype) or x.dtype.startswith("int"):
@@ -142,6 +146,7 @@ UNARY: dict[str, tuple[str, Callable[[te.Expr, dict], te.Expr]]] = {
     "sigmoid": ("float", _sigmoid),
     "hard_sigmoid": ("float", _hard_sigmoid),
     "hard_swish": ("float", _hard_swish),
+    "swish": ("float", _swish),
     "clip": ("numeric", _clip),
     "neg": ("signed", lambda x, a: -x),
     "abs": ("numeric", lambda x, a: absolute(x)),

@@ -395,16 +395,6 @@ def test_resize_tf_half_pixel_for_nearest():
 
 UNSUPPORTED = [
     ("BatchNormalization", BN, {"training_mode": 1}, 15, (1, 2, 3, 4), 3, "training_mode"),
-    ("MaxPool", [XP], {"kernel_shape": [2, 2]}, 12, (), 2, "Indices"),
-    (
-        "Resize",
-        [XZ, NONE_ROI, DOWN],
-        {"mode": "linear", "antialias": 1},
-        18,
-        (1, 2),
-        1,
-        "antialias",
-    ),
     (
         "Pad",
         [XPAD, np.array([0, -1, 0, 0, 1, 0], np.int64)],

@@ -21,6 +21,7 @@ UNARY = {
     "Sigmoid": ("sigmoid", {}),
     "HardSigmoid": ("hard_sigmoid", {"alpha": 0.2, "beta": 0.5}),
     "HardSwish": ("hard_swish", {}),
+    "Swish": ("swish", {"alpha": 1.0}),
     "Tanh": ("tanh", {}),
     "Sqrt": ("sqrt", {}),
     "Erf": ("erf", {}),
@@ -101,6 +102,21 @@ def unary(ctx, node):
     op, table = UNARY[node.op_type]
     check_attrs(ctx, node, table)
     return [ctx.node(op, node, [node.input[0]], **_attrs(ctx, node, table))]
+
+
+@converter("SwiGLU")
+def swiglu(ctx, node):
+    """Swish(A) * B: the gate's activation, then the product (both fuse into one kernel)."""
+    check_attrs(ctx, node, {"alpha"})
+    a, b = node.input[:2]
+    if ctx.value(a).shape != ctx.value(b).shape:
+        ctx.fail(node, f"A {list(ctx.value(a).shape)} and B {list(ctx.value(b).shape)} differ")
+    gate = ctx.fresh(f"{node.output[0]}_gate")
+    alpha = float(ctx.attr(node, "alpha", 1.0))
+    return [
+        ctx.node("swish", node, [a], outputs=[gate], alpha=alpha),
+        ctx.node("mul", node, [gate, b]),
+    ]
 
 
 @converter(*BINARY)
@@ -220,10 +236,17 @@ def cast_like(ctx, node):
 
 @converter("Dropout")
 def dropout(ctx, node):
-    """Inference: Y = X, and the optional mask is all true (ratio has no effect)."""
+    """Inference: Y = X, and the optional mask is all true (ratio has no effect). In
+    training mode only a ratio of 0 drops nothing, so only it means the same."""
     check_attrs(ctx, node, {"ratio", "is_test", "seed"})
     if ctx.has_input(node, 2) and scalar(ctx, node, 2, "training_mode"):
-        ctx.fail(node, "training_mode=true is not supported (packaged models run inference)")
+        ratio = scalar(ctx, node, 1, "ratio") if ctx.has_input(node, 1) else 0.5
+        if ratio != 0:
+            ctx.fail(
+                node,
+                f"training_mode=true with ratio {ratio} is not supported (packaged models "
+                "run inference; it drops at random)",
+            )
     nodes = [ctx.node("identity", node, [node.input[0]], outputs=[node.output[0]])]
     if len(node.output) > 1 and node.output[1]:
         x = ctx.value(node.input[0])

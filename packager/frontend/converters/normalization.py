@@ -1,5 +1,5 @@
-"""BatchNormalization (inference), InstanceNormalization, LayerNormalization,
-MeanVarianceNormalization, LpNormalization and LRN."""
+"""BatchNormalization (inference), InstanceNormalization, GroupNormalization,
+LayerNormalization, RMSNormalization, MeanVarianceNormalization, LpNormalization and LRN."""
 
 from __future__ import annotations
 
@@ -90,6 +90,17 @@ def layer_norm(ctx, node):
     ]
 
 
+@converter("RMSNormalization")
+def rms_norm(ctx, node):
+    check_attrs(ctx, node, {"axis", "epsilon", "stash_type"})
+    if ctx.attr(node, "stash_type", 1) != 1:
+        ctx.fail(node, "attribute 'stash_type' other than 1 (float32) is not supported")
+    ndim = len(ctx.value(node.input[0]).shape)
+    axis = axis_in(ctx, node, int(ctx.attr(node, "axis", -1)), ndim)
+    eps = float(ctx.attr(node, "epsilon", 1e-5))
+    return [ctx.node("rms_norm", node, list(node.input[:2]), axis=axis, epsilon=eps)]
+
+
 @converter("MeanVarianceNormalization")
 def mean_variance_norm(ctx, node):
     check_attrs(ctx, node, {"axes"})
@@ -124,5 +135,32 @@ def lrn(ctx, node):
             alpha=float(ctx.attr(node, "alpha", 1e-4)),
             beta=float(ctx.attr(node, "beta", 0.75)),
             bias=float(ctx.attr(node, "bias", 1.0)),
+        )
+    ]
+
+
+@converter("GroupNormalization")
+def group_norm(ctx, node):
+    check_attrs(ctx, node, {"epsilon", "num_groups", "stash_type"})
+    if ctx.attr(node, "stash_type", 1) != 1:
+        ctx.fail(node, "attribute 'stash_type' other than 1 (float32) is not supported")
+    shape = ctx.value(node.input[0]).shape
+    groups = int(ctx.attr(node, "num_groups", 0))
+    if len(shape) < 3 or groups < 1 or shape[1] % groups:
+        ctx.fail(node, f"num_groups {groups} must divide the channels of input {list(shape)}")
+    # opset 18 took one scale and bias per group, 21 one per channel
+    per_group = ctx.opset < 21
+    want = groups if per_group else shape[1]
+    for name in node.input[1:3]:
+        if tuple(ctx.value(name).shape) != (want,):
+            ctx.fail(node, f"'{name}' has shape {list(ctx.value(name).shape)}, expected [{want}]")
+    return [
+        ctx.node(
+            "group_norm",
+            node,
+            list(node.input[:3]),
+            groups=groups,
+            epsilon=float(ctx.attr(node, "epsilon", 1e-5)),
+            per_group=int(per_group),
         )
     ]

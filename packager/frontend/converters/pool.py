@@ -25,9 +25,18 @@ def _pool_attrs(ctx, node) -> dict:
 @converter("MaxPool")
 def max_pool(ctx, node):
     check_attrs(ctx, node, _WINDOW | {"storage_order"})
+    attrs = _pool_attrs(ctx, node)
+    nodes = [ctx.node("max_pool", node, [node.input[0]], outputs=node.output[:1], **attrs)]
     if len(node.output) > 1 and node.output[1]:
-        ctx.fail(node, "the optional Indices output is not supported")
-    return [ctx.node("max_pool", node, [node.input[0]], **_pool_attrs(ctx, node))]
+        if len(ctx.value(node.input[0]).shape) != 2 + len(attrs["kernel"]):
+            ctx.fail(node, "the Indices output needs a plain (N, C, spatial...) input")
+        order = int(ctx.attr(node, "storage_order", 0))
+        outs = [node.output[1]]
+        indices = ctx.node(
+            "max_pool_indices", node, [node.input[0]], outputs=outs, storage_order=order, **attrs
+        )
+        nodes.append(indices)
+    return nodes
 
 
 @converter("AveragePool")

@@ -126,8 +126,7 @@ def resize(ctx, node):
         attrs["roi"] = _roi(ctx, node, axes, ndim)
         attrs["extrapolation_value"] = float(ctx.attr(node, "extrapolation_value", 0.0))
     # Antialiasing only changes downsampling (it widens the filter to the scale).
-    if ctx.attr(node, "antialias", 0) and attrs["mode"] != "nearest" and min(scales) < 1:
-        ctx.fail(node, "attribute 'antialias'=1 with downsampling is not supported")
+    attrs["antialias"] = int(ctx.attr(node, "antialias", 0))
     _check_dtype(ctx, node, attrs["mode"])
     return [ctx.node("resize", node, [node.input[0]], **attrs)]
 
