@@ -160,6 +160,7 @@ RULES: dict[str, Callable] = {
     "avg_pool": _pool,
     "lp_pool": _pool,
     "concat": _concat,
+    "channel_shuffle": _elementwise,  # a shuffle of the blocked form's channels
     "pad": _pad,
     "where": _broadcast,
     **{op: _broadcast for op in (*BINARY, *VARIADIC)},
