@@ -53,6 +53,12 @@ MODELS = {
     "squeezenet": light("squeezenet"),
     "resnet50": light("resnet50"),
     "inception_v1": light("inception_v1"),
+    "inception_v2": light("inception_v2"),
+    "shufflenet": light("shufflenet"),
+    "densenet121": light("densenet121"),
+    "vgg19": light("vgg19"),
+    "alexnet": light("bvlc_alexnet"),
+    "zfnet512": light("zfnet512"),
     "mobilenet_v2": lambda: networks.mobilenet_v2(width=1.0, size=224, classes=1000),
     "resnet18": lambda: networks.resnet(blocks=(2, 2, 2, 2), width=64, size=224, classes=1000),
     # 2-layer LSTM, hidden 128, 16 steps, batch 1 (unrolled: 32 cell kernels a run)

@@ -134,9 +134,12 @@ def transformed(v: Variant) -> Variant:
 # 2.40 / 2.46-2.56. SqueezeNet: 55x55 16->64 0.59 / 0.59-0.69 / 0.32-0.41; 27x27 32->128
 # 0.63-0.67 / 0.35 / 0.22; 13x13 48->192 0.29 / 0.18 / 0.29; 13x13 64->256 0.53 / 0.33-0.36
 # / 0.38. A tile needs enough channels for its products to outweigh its transforms; the
-# fewest measured (and winning) were 16 in, 64 out.
+# fewest measured (and winning) were 16 in, 64 out. DenseNet-121's 128->32 convs (Xeon,
+# AVX-512, 1 thread) won too: the whole net 0.95 of ONNX Runtime with F(4x4) forced, 1.38
+# all direct, in one run (the direct tile of 2 output blocks ran at ~80 GFLOP/s).
 WINOGRAD_MIN_IN_CHANNELS = 16
-WINOGRAD_MIN_OUT_CHANNELS = 64
+WINOGRAD_MIN_OUT_CHANNELS = 32
+WINOGRAD_MIN_PRODUCTS = 16 * 64  # input x output channels
 WINOGRAD_4_MIN_SIZE = 24  # output rows and columns: F(4x4) from here (won at 27, lost at 14)
 WINOGRAD_2_MIN_SIZE = 10  # F(2x2) up to F(4x4)'s size (won at 13, lost at 7); direct below
 
@@ -149,7 +152,11 @@ def default_algorithm(node: Node, graph: Graph) -> str:
     channels_out = w.shape[0] * w.shape[5]
     pads = list(conv["attrs"].get("pads") or [0, 0, 0, 0])
     size = min(x.shape[2] + pads[0] + pads[2] - 2, x.shape[3] + pads[1] + pads[3] - 2)
-    few = channels_in < WINOGRAD_MIN_IN_CHANNELS or channels_out < WINOGRAD_MIN_OUT_CHANNELS
+    few = (
+        channels_in < WINOGRAD_MIN_IN_CHANNELS
+        or channels_out < WINOGRAD_MIN_OUT_CHANNELS
+        or channels_in * channels_out < WINOGRAD_MIN_PRODUCTS
+    )
     if few or size < WINOGRAD_2_MIN_SIZE:
         return DIRECT
     return "winograd_4" if size >= WINOGRAD_4_MIN_SIZE else "winograd_2"

@@ -18,6 +18,7 @@ from .passes.fold_transpose import fold_transpose
 from .passes.fuse import fuse
 from .passes.fuse_attention import fuse_attention
 from .passes.fuse_layer_norm import fuse_layer_norm
+from .passes.fuse_shuffle import fuse_shuffle
 from .passes.layout import layout_pass
 from .passes.pack_gemm_weights import pack_gemm_weights
 from .passes.quantize import quantize
@@ -41,6 +42,7 @@ PASSES: list[tuple[str, object]] = [
     ("fuse_layer_norm", fuse_layer_norm),  # after folding: gamma, beta and eps constants
     ("fold_scale_shift", fold_scale_shift),  # on NCHW weights, before layout packs them
     ("pack_gemm_weights", pack_gemm_weights),  # after folding: BN may have changed B
+    ("fuse_shuffle", fuse_shuffle),  # before fold_transpose takes the shuffle's transpose
     ("fold_transpose", fold_transpose),
     ("fuse_attention", fuse_attention),  # after fold_transpose: Q, K^T, V carry their perms
     ("dce", dce),

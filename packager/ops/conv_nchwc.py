@@ -12,7 +12,11 @@ groups.
 Groups: every group must start on a block boundary (Cg % xw == 0 and OC/groups % y
 == 0), so a group's inputs are whole blocks; depthwise convs (one input and one output
 channel per group) instead read the input block of their own output block (x == y,
-xw == 1). The output block is the innermost axis, contiguous in both the output and
+xw == 1). Spanned groups (attr ``spanned``, groups that would split a block): the weight is
+(OC/y, S, KH, KW, xw, y), output block ob reading the S input blocks from
+start(ob) = min(first group of ob * Cg // xw, C/xw - S), zero weights for channels
+outside an output channel's group (layout_pack.pack_spanned_conv_weight). The output
+block is the innermost axis, contiguous in both the output and
 the packed weight, so a schedule can vectorize it.
 """
 
@@ -27,19 +31,24 @@ from .registry import register_op
 class _Shapes:
     """The blocking of one conv, read off its input and packed weight shapes."""
 
-    def __init__(self, x: te.Tensor, w: te.Tensor, groups: int):
+    def __init__(self, x: te.Tensor, w: te.Tensor, groups: int, spanned: bool = False):
         if x.ndim not in (4, 5) or w.ndim != 6:
             raise ValueError(f"conv2d_nchwc: data {list(x.shape)}, weight {list(w.shape)}")
         self.x_block = x.shape[4] if x.ndim == 5 else 1
         self.w_block, self.y = w.shape[4], w.shape[5]
-        self.cg = w.shape[1] * self.w_block  # input channels per group
+        self.spanned = spanned
+        channels = x.shape[1] * self.x_block
+        # input channels per group (a spanned weight holds S blocks, not a group's)
+        self.cg = channels // groups if spanned else w.shape[1] * self.w_block
         self.mg = w.shape[0] * self.y // groups  # output channels per group
-        self.depthwise = groups > 1 and self.cg == 1 and self.mg == 1
+        self.depthwise = groups > 1 and self.cg == 1 and self.mg == 1 and not spanned
         self.groups = groups
         self._check(x, w)
 
     def _check(self, x, w):
-        if self.depthwise:
+        if self.spanned:
+            ok = self.w_block == self.x_block and w.shape[1] <= x.shape[1] and self.x_block > 1
+        elif self.depthwise:
             ok = self.x_block == self.y and self.w_block == 1
         else:
             ok = self.w_block == self.x_block and (self.groups == 1 or self.mg % self.y == 0)
@@ -71,7 +80,7 @@ def _bias(out: te.Tensor, inputs) -> te.Tensor:
 def conv2d_nchwc(inputs, attrs):
     x, w = inputs[0], inputs[1]
     groups = int(attrs.get("groups", 1))
-    sh = _Shapes(x, w, groups)
+    sh = _Shapes(x, w, groups, bool(attrs.get("spanned")))
     strides = list(attrs.get("strides") or [1, 1])
     dilations = list(attrs.get("dilations") or [1, 1])
     before, after = split_pads(attrs.get("pads"), 2)
@@ -95,7 +104,13 @@ def conv2d_nchwc(inputs, attrs):
         if sh.depthwise:
             cb, ci, wcb, wci = ob, oi, 0, 0
         else:
-            cb = rcb if groups == 1 else (ob // out_blocks_per_group) * blocks_per_group + rcb
+            if sh.spanned:
+                first = (ob * sh.y // sh.mg) * sh.cg // sh.x_block
+                cb = te.min_(first, x.shape[1] - blocks_per_group) + rcb
+            elif groups == 1:
+                cb = rcb
+            else:
+                cb = (ob // out_blocks_per_group) * blocks_per_group + rcb
             ci = wci = rci if rci is not None else 0
             wcb = rcb
         axes = [a for a in (rcb, *rk, rci) if a is not None]
@@ -106,6 +121,11 @@ def conv2d_nchwc(inputs, attrs):
         f,
         name="conv_nchwc",
         tag="conv",
-        attrs={"groups": groups, "strides": strides, "dilations": dilations},
+        attrs={
+            "groups": groups,
+            "strides": strides,
+            "dilations": dilations,
+            "spanned": sh.spanned,
+        },
     )
     return [_bias(out, inputs)]

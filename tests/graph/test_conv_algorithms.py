@@ -134,7 +134,10 @@ def test_cli_build_with_a_forced_algorithm(tmp_path, cli):
         (64, 64, 9, "direct"),
         (256, 256, 7, "direct"),
         (8, 64, 56, "direct"),  # too few channels for the transforms to pay
-        (64, 32, 56, "direct"),
+        (128, 32, 56, "winograd_4"),  # DenseNet-121's growth convs
+        (128, 32, 14, "winograd_2"),
+        (16, 32, 56, "direct"),  # 512 products a tile: too few
+        (64, 16, 56, "direct"),
     ],
 )
 def test_untuned_rule_by_shape(c, oc, hw, want):

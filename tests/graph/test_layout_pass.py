@@ -160,13 +160,35 @@ def test_concat_with_a_part_of_odd_channels_runs_in_nchw():
     check_numbers(model, g)
 
 
-def test_odd_output_channels_and_split_groups_stay_nchw():
+def test_odd_output_channels_stay_nchw():
     n = Net((1, 16, 6, 6))
     y = n.conv("x", 16, 6)  # 6 output channels: not whole blocks of 4 or more
-    z = n.conv("x", 16, 16, group=8)  # groups of 2 channels would split a block of 4
-    model = n.graph(y, z)
+    model = n.graph(y)
     g = run_pass(model)
-    assert ops(g) == Counter(conv=2)
+    assert ops(g) == Counter(conv=1)
+
+
+@pytest.mark.parametrize(
+    "channels, group, span",
+    [
+        (16, 8, 1),  # groups of 2 channels inside one block of 8
+        (136, 4, 9),  # ShuffleNet: 4 groups of 34; a block of 8 outputs in 2 reads 68 + 4
+        (24, 4, 2),  # 6 input channels a group into 12 outputs (28 at full size)
+    ],
+)
+def test_groups_splitting_blocks_read_the_blocks_they_span(channels, group, span):
+    n = Net((1, channels, 5, 5))
+    out = channels * 2 if channels == 24 else channels
+    y = n.op("Relu", [n.conv("x", channels, channels, k=1)])
+    y = n.op("Relu", [n.conv(y, channels, out, k=1, group=group)])
+    model = n.graph(n.conv(y, out, 16, k=1))
+    g = run_pass(model)
+    (conv,) = [node for node in g.nodes if node.attrs.get("groups", 1) > 1]
+    assert conv.op == "conv2d_nchwc"
+    assert conv.attrs["spanned"] == 1 and conv.attrs["groups"] == group
+    assert g.values[conv.inputs[1]].shape[1] == span  # input blocks per output block
+    assert ops(g)["conv"] == 0
+    check_numbers(model, g)
 
 
 def test_lone_depthwise_conv_between_nchw_ops_is_not_worth_blocking():

@@ -14,7 +14,7 @@ from ...ops.binary import BINARY, VARIADIC
 from ...ops.reduce import REDUCERS
 from ...ops.registry import get_op
 from ..ir import Graph, Node
-from .layout_pack import pack_channels, pack_conv_weight
+from .layout_pack import pack_channels, pack_conv_weight, pack_spanned_conv_weight
 from .layout_rewriter import Rewriter, fitting_block
 
 
@@ -44,17 +44,28 @@ def _conv(rw: Rewriter, node: Node) -> Node | None:
     # block changes inside a conv (which reads x_block lanes, writes y) and never
     # needs a transform of its own.
     y = x_block if depthwise else rw.block_for(oc // groups)
+    # Groups that would split a block (ShuffleNet's 4 groups of 34 channels): each output
+    # block reads the input blocks its groups cover, zero weights elsewhere.
+    spanned = groups > 1 and not depthwise and (y is None or cg % x_block)
+    if spanned:
+        y = rw.block_for(oc)
     if y is not None and not depthwise and node.outputs[0] in rw.caps:
         y = min(y, rw.caps[node.outputs[0]])  # to share a block with a concat's other parts
-    if y is None or (groups > 1 and not depthwise and cg % x_block):
-        return None  # a group would split a block
+    if y is None:
+        return None
     data = x.name if direct else rw.as_blocked(x.name, x_block)
     in_block = 1 if depthwise else x_block
-    packed = pack_conv_weight(w.data, in_block, y)
-    inputs = [data, rw.const(w.name, f"oihw{in_block}i{y}o", packed)]
+    if spanned:
+        packed = pack_spanned_conv_weight(w.data, groups, in_block, y)
+        how = f"oihw{in_block}i{y}o_spanning{groups}g"
+    else:
+        packed = pack_conv_weight(w.data, in_block, y)
+        how = f"oihw{in_block}i{y}o"
+    inputs = [data, rw.const(w.name, how, packed)]
     if bias is not None:
         inputs.append(rw.const(bias.name, f"{y}o", pack_channels(bias.data, y)))
-    return _like(node, "conv2d_nchwc", inputs, rw, y)
+    extra = {"spanned": 1} if spanned else {}
+    return _like(node, "conv2d_nchwc", inputs, rw, y, **extra)
 
 
 def _elementwise(rw: Rewriter, node: Node) -> Node | None:
@@ -149,6 +160,7 @@ RULES: dict[str, Callable] = {
     "avg_pool": _pool,
     "lp_pool": _pool,
     "concat": _concat,
+    "channel_shuffle": _elementwise,  # a shuffle of the blocked form's channels
     "pad": _pad,
     "where": _broadcast,
     **{op: _broadcast for op in (*BINARY, *VARIADIC)},
