@@ -31,7 +31,7 @@ from __future__ import annotations
 from .. import te
 from ._cpu import fallback, find_tagged, padded_copy_at_root, run_parallel
 from ._window import out_len, reduce_axes, split_pads, window_index
-from .int8_intrin import dot4_intrin
+from .int8_intrin import dot4_intrin, mac_intrin
 from .pad import pad_tensor
 from .registry import ScheduleContext, register_op, register_schedule
 
@@ -601,8 +601,13 @@ def _depthwise_qconv(ctx: ScheduleContext, acc: te.Tensor) -> te.Schedule:
     st.compute_at(st_out, owo)
     an, ob, aoh, aow, oi = st.op.axis
     rcb, rk0, rk1, rci = st.op.reduce_axis
-    st.reorder(an, ob, aoh, rcb, rci, rk0, rk1, aow, oi)
+    intrin = mac_intrin(pad.dtype, lanes, ctx.target)
+    if intrin is None:
+        st.reorder(an, ob, aoh, rcb, rci, rk0, rk1, aow, oi)
+        st.vectorize(oi)
+    else:  # one vpmaddwd per column and tap (rci: the group's one channel)
+        st.reorder(an, ob, aoh, rcb, rk0, rk1, aow, oi, rci)
+        st.tensorize(oi, intrin)
     st.unroll(aow)
-    st.vectorize(oi)
     _epilogue_at(sch, rqb, st_out, owo)
     return sch
