@@ -547,6 +547,7 @@ def _epilogue_at(sch: te.Schedule, rqb: te.Tensor | None, st_out, at) -> None:
         return
     st = sch[rqb]
     st.compute_at(st_out, at)
+    st.unroll(st.op.axis[3])  # the tile's columns share a block's requantize rows
     st.vectorize(st.op.axis[-1])
 
 
