@@ -75,6 +75,45 @@ def test_depthwise_multiply_add_is_bit_exact_on_host(act, lanes, need, reg):
     assert re.search(rf"vpmaddwd\s+%{reg}", _host_asm(src)), f"no {reg} vpmaddwd in the kernel"
 
 
+def _blocked(x: np.ndarray, b: int, fill: int) -> np.ndarray:
+    """NCHW -> (N, C/B, H, W, B), the channels past C set to ``fill``."""
+    n, c, h, w = x.shape
+    out = np.full((n, -(-c // b) * b, h, w), fill, x.dtype)
+    out[:, :c] = x
+    return np.ascontiguousarray(out.reshape(n, -1, b, h, w).transpose(0, 1, 3, 4, 2))
+
+
+@pytest.mark.parametrize("kind,k,pads", [("full", 3, 1), ("full", 1, 0), ("depthwise", 3, 1)])
+@pytest.mark.parametrize("out_block", [False, True])
+def test_blocked_input_and_output_give_the_nchw_bytes(kind, k, pads, out_block):
+    """A conv reading its activation blocked (N, C/L, H, W, L) and writing its output
+    blocked computes the bytes of the NCHW conv; the padding past C is never read into
+    a result (filled with junk here). Without padding the block is read in place, with
+    padding through a copy blocked alike, one vector per block."""
+    lanes = 16
+    if kind == "full":
+        inputs, attrs = qconv_case("uint8", lanes, c=20, k=k)
+    else:
+        inputs, attrs = depthwise_case("uint8", lanes, c=20)
+    attrs["pads"] = [pads] * 4
+    target = CpuTarget(vector_bits=32 * lanes)
+    want = run_host(inputs, attrs, target)
+    x = _blocked(inputs[0], lanes, 77)
+    battrs = attrs | {"c": inputs[0].shape[1], "out_block": out_block}
+    got = run_host([x, *inputs[1:]], battrs, target)
+    if out_block:
+        want = _blocked(want, lanes, 0)
+        past = int(attrs["oc"]) - (want.shape[1] - 1) * lanes
+        got[:, -1, :, :, past:] = 0  # the channels past oc: not compared
+
+    np.testing.assert_array_equal(got, want)
+    src = codegen_c(qconv_func([x, *inputs[1:]], battrs, target)[0])
+    if pads:  # the padded copy moves whole blocks
+        assert re.search(r"__builtin_memcpy\(&qconv_pad\[", src), "no vector block copy"
+    else:
+        assert "qconv_pad" not in src, "a padded copy where the block is read in place"
+
+
 def _qdq_conv(c: int) -> onnx.ModelProto:
     rng = np.random.default_rng(0)
     w = rng.integers(-127, 128, (8, c, 3, 3)).astype(np.int8)

@@ -222,13 +222,19 @@ def _pad_in_quads(x: te.Tensor, c: int, before, after, blocks: int, k4: int, zp:
     Padding and the channels past C read the zero point (their weights are zero)."""
     n, h, w = x.shape[0], x.shape[2], x.shape[3]
     shape = (n, blocks, h + before[0] + after[0], w + before[1] + after[1], k4)
+    # an input blocked alike is copied block by block: its channels past C are read
+    # as they are (against zero weights), so no guard differs between lanes
+    same = x.ndim == 5 and (x.shape[1], x.shape[4]) == (blocks, k4)
 
     def f(b, cb, i, j, ci):
         ch = cb * k4 + ci
-        inside = [ch < c] if blocks * k4 != c else []
+        inside = [ch < c] if blocks * k4 != c and not same else []
         inside += [i >= before[0], i < before[0] + h] if before[0] or after[0] else []
         inside += [j >= before[1], j < before[1] + w] if before[1] or after[1] else []
-        src = _at(x, b, te.min_(ch, c - 1), i - before[0], j - before[1])
+        if same:
+            src = x[(b, cb, i - before[0], j - before[1], ci)]
+        else:
+            src = _at(x, b, te.min_(ch, c - 1), i - before[0], j - before[1])
         return te.select(te.all_of(*inside), src, te.const(zp, x.dtype)) if inside else src
 
     return te.compute(shape, f, name="qconv_pad", tag="pad")
@@ -261,10 +267,13 @@ def qconv2d(inputs, attrs):
     # blocked like the accumulator, (N, C'/L, H', W', L), so a block of L channels is
     # one contiguous vector at every tap
     depthwise = groups > 1 and cg == 1 and mg == 1 and ncb * k4 == 1
-    # a blocked input without padding is read in place: a quad never crosses a block
-    direct = x.ndim == 5 and groups == 1 and not any(before + after) and x.shape[4] % k4 == 0
-    if direct:
+    # a blocked input is read in its blocks (a quad never crosses one): in place without
+    # padding, else from a padded copy blocked alike (one vector per block)
+    direct = x.ndim == 5 and groups == 1 and x.shape[4] % k4 == 0
+    if direct and not any(before + after):
         xp = x
+    elif direct:
+        xp = _pad_in_quads(x, c_in, before, after, x.shape[1], x.shape[4], int(attrs["x_zp"]))
     elif groups == 1:
         xp = _pad_in_quads(x, c_in, before, after, ncb, k4, int(attrs["x_zp"]))
     elif depthwise:
@@ -289,7 +298,7 @@ def qconv2d(inputs, attrs):
         ih = window_index(oh, rk[0], strides[0], dilations[0])
         iw = window_index(ow, rk[1], strides[1], dilations[1])
         if direct:
-            q = x.shape[4] // k4
+            q = xp.shape[4] // k4
             a = (
                 xp[(n, rcb // q, ih, iw, (rcb % q) * k4 + rci)]
                 if q > 1
@@ -501,8 +510,8 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     sch = te.create_schedule(ctx.outs)
     rqb = find_tagged(out, "requantize_blocked")
     _inline_rest(sch, [t for t in (acc, rqb, pad) if t is not None])
-    if pad is not None:
-        padded_copy_at_root(sch[pad], ctx.target.cores > 1, False)
+    if pad is not None:  # a copy of whole blocks is vectorized, quads are too short
+        padded_copy_at_root(sch[pad], ctx.target.cores > 1, pad.shape[-1] > 4)
     st_out = sch[out]
     owo = _tile_output(ctx, st_out, t_oc, t_ow, lanes)
     st = sch[acc]
