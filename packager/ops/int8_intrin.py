@@ -162,6 +162,15 @@ _ISAS = {
 }
 
 
+# With 512-bit intrinsics the rest of the kernel (the requantize epilogue) vectorizes
+# at that width too: GCC prefers 256-bit vectors by default on these cores.
+WIDE = {
+    "avx512_vnni": "#if defined(__GNUC__) && !defined(__clang__)\n"
+    '#pragma GCC target("prefer-vector-width=512")\n#endif\n',
+}
+WIDE["avx512bw"] = WIDE["avx512_vnni"]
+
+
 def isa_for(act: str, lanes: int, target: CpuTarget) -> str | None:
     """Which body suits the target (None: only the scalar loop)."""
     feats = set(target.features)
@@ -194,7 +203,7 @@ def _c_def(name: str, act: str, lanes: int, isa: str | None) -> str:
         return f"{head}\n{scalar}\n}}"
     _, guard, header, body = _ISAS[isa]
     return (
-        f"#if {guard}\n#include <{header}>\n#endif\n{head}\n#if {guard}\n"
+        f"#if {guard}\n#include <{header}>\n{WIDE.get(isa, '')}#endif\n{head}\n#if {guard}\n"
         f"{body(act, lanes)}\n#else\n{scalar}\n#endif\n}}"
     )
 
@@ -273,7 +282,7 @@ def _mac(act: str, lanes: int, isa: str) -> TensorIntrin:
     label, guard, header, body = _MAC_ISAS[isa]
     scalar = f"""    for (int l = 0; l < {lanes}; ++l) acc[l] += (int32_t)a[l] * (int32_t)w[l];"""
     c_def = (
-        f"#if {guard}\n#include <{header}>\n#endif\n"
+        f"#if {guard}\n#include <{header}>\n{WIDE.get(isa, '')}#endif\n"
         f"static inline void {name}(int32_t *restrict acc, const {_CT[act]} *restrict a,\n"
         f"    const int8_t *restrict w) {{\n#if {guard}\n{body(act, lanes)}\n#else\n"
         f"{scalar}\n#endif\n}}"
