@@ -242,14 +242,17 @@ def _pad_in_quads(x: te.Tensor, c: int, before, after, blocks: int, k4: int, zp:
 
 @register_op("qconv2d", "out_elemwise_fusable")
 def qconv2d(inputs, attrs):
-    """Integer 2-D conv, NCHW activations.
+    """Integer 2-D conv, NCHW or blocked activations.
 
-    Inputs: x (N, C, H, W) int8/uint8; w (OC'/L, Cg'/4, KH, KW, L, 4) int8, packed from
-    (OC, Cg, KH, KW) with OC padded to whole blocks of L lanes and Cg to whole groups of
-    4 (zeros): w[ob, cb, kh, kw, oi, ci] = W[ob*L + oi, cb*4 + ci, kh, kw]; rq (7, OC');
-    optional residual (N, OC, OH, OW). attrs: strides, dilations, pads, groups, oc
-    (real output channels), x_zp, y_zp, out_dtype. Padding reads x_zp, so a padded tap
-    adds exactly what the bias correction -x_zp * sum(w) took away.
+    Inputs: x (N, C, H, W) int8/uint8, or blocked (N, C/B, H, W, B) with attr ``c`` (the
+    real channels; B a multiple of 4 for a full conv); w (OC'/L, Cg'/4, KH, KW, L, 4)
+    int8, packed from (OC, Cg, KH, KW) with OC padded to whole blocks of L lanes and Cg
+    to whole groups of 4 (zeros): w[ob, cb, kh, kw, oi, ci] = W[ob*L + oi, cb*4 + ci,
+    kh, kw]; rq (7, OC'); optional residual (N, OC, OH, OW) or blocked. attrs: strides,
+    dilations, pads, groups, oc (real output channels), x_zp, y_zp, out_dtype;
+    ``out_block``: the output is the requantized block (N, OC'/L, OH, OW, L)
+    (packager/graph/passes/int8_layout.py). Padding reads x_zp, so a padded tap adds
+    exactly what the bias correction -x_zp * sum(w) took away.
     """
     x, w, rq = inputs[:3]
     residual = inputs[3] if len(inputs) > 3 else None
