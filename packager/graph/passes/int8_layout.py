@@ -77,6 +77,8 @@ class _Layout:
             for node in self.graph.nodes:
                 v = node.outputs[0]
                 if v not in cand:
+                    if node.op == "qadd":  # elementwise: NCHW out, NCHW operands
+                        dropped |= set(node.inputs)
                     continue
                 b = self.out_block(node, block)
                 if b is None:
@@ -92,7 +94,8 @@ class _Layout:
         the blocks decided for its inputs (None: whether it could at all)."""
         vals = self.graph.values
         if node.op == "qconv2d" and len(vals[node.outputs[0]].shape) == 4:
-            return vals[node.inputs[1]].shape[4]
+            lanes = vals[node.inputs[1]].shape[4]
+            return lanes if lanes % 4 == 0 else None  # whole quads per block
         if node.op == "qadd" and len(vals[node.outputs[0]].shape) == 4:
             if block is None:
                 return self.lanes
