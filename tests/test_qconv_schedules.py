@@ -15,7 +15,7 @@ from packager.codegen import codegen_c
 from packager.frontend.importer import import_onnx
 from packager.graph.passes.quantize import narrow_bounds, narrow_epilogue, quantize
 from packager.target import CpuTarget
-from tests.test_tensorize import qconv_case, qconv_func, run_host
+from tests.test_tensorize import _cpu_flags, _host_asm, qconv_case, qconv_func, run_host
 
 
 def depthwise_case(act: str, lanes: int, c=20, hw=9, stride=1, seed=0):
@@ -45,11 +45,73 @@ def test_depthwise_reads_a_blocked_input_and_equals_the_simple_schedule(act, lan
     target = CpuTarget(vector_bits=32 * lanes, features=())
     func, _ = qconv_func(inputs, attrs, target)
     src = codegen_c(func)
-    # the blocked padded copy is a buffer of its own; the tap reads it at the lane index
-    assert re.search(r"qconv_pad\[[^\]]*qconv_acc_i4\)?\]", src), "no blocked input read"
+    # the blocked padded copy is a buffer of its own; the tap reads it at the lane index,
+    # or (x86, 8 or 16 lanes) passes the block's first lane to one multiply-add call
+    mac = re.search(r"pk_mac_\w+\(&qconv_acc\[[^\]]*\], &qconv_pad\[", src)
+    assert (lanes >= 8) == (mac is not None), "the multiply-add intrinsic"
+    assert mac or re.search(r"qconv_pad\[[^\]]*qconv_acc_i4\)?\]", src), "no blocked input read"
     want = run_host(inputs, attrs, None)
     np.testing.assert_array_equal(run_host(inputs, attrs, target), want)
     assert (want == -3).any() and (want != -3).any()  # the relu bound and real values
+
+
+@pytest.mark.parametrize(
+    "act,lanes,need,reg", [("uint8", 16, "avx512bw", "zmm"), ("int8", 8, "avx2", "ymm")]
+)
+def test_depthwise_multiply_add_is_bit_exact_on_host(act, lanes, need, reg):
+    """The depthwise tap as one vpmaddwd per column: its operands widened to 32 bits
+    with one int16 half zero, so the pair sum is the exact product."""
+    if need not in _cpu_flags():
+        pytest.skip(f"this machine has no {need}")
+    inputs, attrs = depthwise_case(act, lanes, stride=1)
+    x = inputs[0]  # the extremes, where a wrong widening would show
+    x.reshape(-1)[:8] = (0, 255, 255, 0, 1, 255, 0, 2) if act == "uint8" else (-128, 127) * 4
+    inputs[1].reshape(-1)[:8] = (-128, 127) * 4
+    target = CpuTarget(vector_bits=32 * lanes)
+    func, _ = qconv_func(inputs, attrs, target)
+    src = codegen_c(func)
+    assert re.search(r"pk_mac_\w+\(&qconv_acc", src), "the depthwise tap calls the intrinsic"
+    np.testing.assert_array_equal(run_host(inputs, attrs, target), run_host(inputs, attrs, None))
+    assert re.search(rf"vpmaddwd\s+%{reg}", _host_asm(src)), f"no {reg} vpmaddwd in the kernel"
+
+
+def _blocked(x: np.ndarray, b: int, fill: int) -> np.ndarray:
+    """NCHW -> (N, C/B, H, W, B), the channels past C set to ``fill``."""
+    n, c, h, w = x.shape
+    out = np.full((n, -(-c // b) * b, h, w), fill, x.dtype)
+    out[:, :c] = x
+    return np.ascontiguousarray(out.reshape(n, -1, b, h, w).transpose(0, 1, 3, 4, 2))
+
+
+@pytest.mark.parametrize("kind,k,pads", [("full", 3, 1), ("full", 1, 0), ("depthwise", 3, 1)])
+@pytest.mark.parametrize("out_block", [False, True])
+def test_blocked_input_and_output_give_the_nchw_bytes(kind, k, pads, out_block):
+    """A conv reading its activation blocked (N, C/L, H, W, L) and writing its output
+    blocked computes the bytes of the NCHW conv; the padding past C is never read into
+    a result (filled with junk here). Without padding the block is read in place, with
+    padding through a copy blocked alike, one vector per block."""
+    lanes = 16
+    if kind == "full":
+        inputs, attrs = qconv_case("uint8", lanes, c=20, k=k)
+    else:
+        inputs, attrs = depthwise_case("uint8", lanes, c=20)
+    attrs["pads"] = [pads] * 4
+    target = CpuTarget(vector_bits=32 * lanes)
+    want = run_host(inputs, attrs, target)
+    x = _blocked(inputs[0], lanes, 77)
+    battrs = attrs | {"c": inputs[0].shape[1], "out_block": out_block}
+    got = run_host([x, *inputs[1:]], battrs, target)
+    if out_block:
+        want = _blocked(want, lanes, 0)
+        past = int(attrs["oc"]) - (want.shape[1] - 1) * lanes
+        got[:, -1, :, :, past:] = 0  # the channels past oc: not compared
+
+    np.testing.assert_array_equal(got, want)
+    src = codegen_c(qconv_func([x, *inputs[1:]], battrs, target)[0])
+    if pads:  # the padded copy moves whole blocks
+        assert re.search(r"__builtin_memcpy\(&qconv_pad\[", src), "no vector block copy"
+    else:
+        assert "qconv_pad" not in src, "a padded copy where the block is read in place"
 
 
 def _qdq_conv(c: int) -> onnx.ModelProto:

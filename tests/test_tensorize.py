@@ -17,6 +17,7 @@ import pytest
 from packager import te
 from packager.codegen import build_kernel, codegen_c
 from packager.codegen.build import INCLUDE, SCRATCH, SERIAL_PARALLEL_FOR
+from packager.graph.passes.quantize import narrow_bounds
 from packager.lowering import schedule_for
 from packager.ops.int8_intrin import dot4_intrin
 from packager.target import CpuTarget
@@ -131,6 +132,23 @@ def test_tensorized_qconv_is_bit_exact_on_host(act, lanes, feats, insn, need):
     np.testing.assert_array_equal(got, want)
     obj_asm = _host_asm(src)
     assert re.search(insn, obj_asm), f"no {insn} in the kernel"
+
+
+def test_vnni_kernel_requantizes_on_zmm():
+    """A kernel tensorized with 512-bit vpdpbusd asks GCC for 512-bit vectors, so the
+    int32 requantize epilogue runs on zmm as well (GCC prefers ymm on these cores)."""
+    if "avx512_vnni" not in _cpu_flags():
+        pytest.skip("this machine has no avx512_vnni")
+    inputs, attrs = qconv_case("uint8", 16, oc=32, hw=8, k=1)
+    attrs["pads"] = [0] * 4
+    inputs[2] = narrow_bounds(inputs[2], attrs["y_zp"], "int8")
+    attrs["rq32"] = True  # exact here: |acc| < 2^22, the shifted product < 2^16
+    target = CpuTarget(vector_bits=512, features=("avx512_vnni",))
+    src = codegen_c(qconv_func(inputs, attrs, target)[0])
+    np.testing.assert_array_equal(
+        run_host(inputs, attrs, target), run_host(inputs, attrs | {"rq32": False}, None)
+    )
+    assert re.search(r"vpsravq\s+%zmm", _host_asm(src)), "the epilogue's shift is not on zmm"
 
 
 def _host_asm(src: str) -> str:

@@ -19,6 +19,7 @@ from .passes.fuse import fuse
 from .passes.fuse_attention import fuse_attention
 from .passes.fuse_layer_norm import fuse_layer_norm
 from .passes.fuse_shuffle import fuse_shuffle
+from .passes.int8_layout import int8_layout
 from .passes.layout import layout_pass
 from .passes.pack_gemm_weights import pack_gemm_weights
 from .passes.quantize import quantize
@@ -46,6 +47,7 @@ PASSES: list[tuple[str, object]] = [
     ("fold_transpose", fold_transpose),
     ("fuse_attention", fuse_attention),  # after fold_transpose: Q, K^T, V carry their perms
     ("dce", dce),
+    ("int8_layout", int8_layout),  # after dce: a value's readers are final
     ("layout", layout_pass),  # after folding (weights are final), before fusion
     ("fold_constants", fold_constants),  # what layout made of constants (same name: one switch)
     ("dce", dce),

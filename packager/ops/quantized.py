@@ -31,7 +31,7 @@ from __future__ import annotations
 from .. import te
 from ._cpu import fallback, find_tagged, padded_copy_at_root, run_parallel
 from ._window import out_len, reduce_axes, split_pads, window_index
-from .int8_intrin import dot4_intrin
+from .int8_intrin import dot4_intrin, mac_intrin
 from .pad import pad_tensor
 from .registry import ScheduleContext, register_op, register_schedule
 
@@ -73,6 +73,32 @@ def quantize_linear(inputs, attrs):
         return te.cast(out, q)
 
     return [te.compute(x.shape, f, name="quantize", tag="broadcast")]
+
+
+@register_op("quantize_blocked", "injective")
+def quantize_blocked(inputs, attrs):
+    """quantize_linear of a 4-d tensor (per-tensor parameters) written blocked,
+    (N, ceil(C/B), H, W, B), B = attrs ``block``: the int8 layout the integer ops read
+    (packager/graph/passes/int8_layout.py). Channels past C repeat the last one (their
+    readers' weights are zero, their outputs discarded)."""
+    x, scale, zp = inputs
+    n, c, h, w = x.shape
+    b = int(attrs["block"])
+    q = quantize_linear(inputs, attrs)[0]
+
+    def f(i, cb, y, z, ci):
+        ch = cb * b + ci
+        return q[(i, te.min_(ch, c - 1) if c % b else ch, y, z)]
+
+    return [te.compute((n, -(-c // b), h, w, b), f, name="quantize_blocked", tag="injective")]
+
+
+def _at(x: te.Tensor, n, c, h, w):
+    """Channel ``c`` at (n, h, w) of an NCHW or a blocked (N, C/B, H, W, B) tensor."""
+    if x.ndim == 4:
+        return x[(n, c, h, w)]
+    b = x.shape[4]
+    return x[(n, c // b, h, w, c % b)]
 
 
 @register_op("dequantize_linear", "broadcast")
@@ -189,19 +215,26 @@ def _widen(e):
     return te.cast(I32, e)
 
 
-def _pad_in_quads(x: te.Tensor, before, after, blocks: int, k4: int, zp: int) -> te.Tensor:
-    """The padded input with its channels in groups of 4 innermost,
+def _pad_in_quads(x: te.Tensor, c: int, before, after, blocks: int, k4: int, zp: int):
+    """The padded input (``c`` channels, NCHW or blocked) with its channels in groups
+    of 4 innermost,
     (N, C'/4, H', W', 4): the 4 activations a dot-product step multiplies lie together.
     Padding and the channels past C read the zero point (their weights are zero)."""
-    n, c, h, w = x.shape
+    n, h, w = x.shape[0], x.shape[2], x.shape[3]
     shape = (n, blocks, h + before[0] + after[0], w + before[1] + after[1], k4)
+    # an input blocked alike is copied block by block: its channels past C are read
+    # as they are (against zero weights), so no guard differs between lanes
+    same = x.ndim == 5 and (x.shape[1], x.shape[4]) == (blocks, k4)
 
     def f(b, cb, i, j, ci):
         ch = cb * k4 + ci
-        inside = [ch < c] if blocks * k4 != c else []
+        inside = [ch < c] if blocks * k4 != c and not same else []
         inside += [i >= before[0], i < before[0] + h] if before[0] or after[0] else []
         inside += [j >= before[1], j < before[1] + w] if before[1] or after[1] else []
-        src = x[(b, te.min_(ch, c - 1), i - before[0], j - before[1])]
+        if same:
+            src = x[(b, cb, i - before[0], j - before[1], ci)]
+        else:
+            src = _at(x, b, te.min_(ch, c - 1), i - before[0], j - before[1])
         return te.select(te.all_of(*inside), src, te.const(zp, x.dtype)) if inside else src
 
     return te.compute(shape, f, name="qconv_pad", tag="pad")
@@ -209,14 +242,17 @@ def _pad_in_quads(x: te.Tensor, before, after, blocks: int, k4: int, zp: int) ->
 
 @register_op("qconv2d", "out_elemwise_fusable")
 def qconv2d(inputs, attrs):
-    """Integer 2-D conv, NCHW activations.
+    """Integer 2-D conv, NCHW or blocked activations.
 
-    Inputs: x (N, C, H, W) int8/uint8; w (OC'/L, Cg'/4, KH, KW, L, 4) int8, packed from
-    (OC, Cg, KH, KW) with OC padded to whole blocks of L lanes and Cg to whole groups of
-    4 (zeros): w[ob, cb, kh, kw, oi, ci] = W[ob*L + oi, cb*4 + ci, kh, kw]; rq (7, OC');
-    optional residual (N, OC, OH, OW). attrs: strides, dilations, pads, groups, oc
-    (real output channels), x_zp, y_zp, out_dtype. Padding reads x_zp, so a padded tap
-    adds exactly what the bias correction -x_zp * sum(w) took away.
+    Inputs: x (N, C, H, W) int8/uint8, or blocked (N, C/B, H, W, B) with attr ``c`` (the
+    real channels; B a multiple of 4 for a full conv); w (OC'/L, Cg'/4, KH, KW, L, 4)
+    int8, packed from (OC, Cg, KH, KW) with OC padded to whole blocks of L lanes and Cg
+    to whole groups of 4 (zeros): w[ob, cb, kh, kw, oi, ci] = W[ob*L + oi, cb*4 + ci,
+    kh, kw]; rq (7, OC'); optional residual (N, OC, OH, OW) or blocked. attrs: strides,
+    dilations, pads, groups, oc (real output channels), x_zp, y_zp, out_dtype;
+    ``out_block``: the output is the requantized block (N, OC'/L, OH, OW, L)
+    (packager/graph/passes/int8_layout.py). Padding reads x_zp, so a padded tap adds
+    exactly what the bias correction -x_zp * sum(w) took away.
     """
     x, w, rq = inputs[:3]
     residual = inputs[3] if len(inputs) > 3 else None
@@ -226,17 +262,25 @@ def qconv2d(inputs, attrs):
     before, after = split_pads(attrs.get("pads"), 2)
     oc = int(attrs["oc"])
     nb, ncb, kh, kw, lanes, k4 = w.shape
-    cg = x.shape[1] // groups
+    c_in = int(attrs["c"]) if x.ndim == 5 else x.shape[1]
+    cg = c_in // groups
     mg = oc // groups
     extra = ncb * k4 - cg  # channels read past a group's end (zero weights): keep in bounds
     # depthwise (one input and one output channel per group): the padded input is
     # blocked like the accumulator, (N, C'/L, H', W', L), so a block of L channels is
     # one contiguous vector at every tap
     depthwise = groups > 1 and cg == 1 and mg == 1 and ncb * k4 == 1
-    if groups == 1:
-        xp = _pad_in_quads(x, before, after, ncb, k4, int(attrs["x_zp"]))
+    # a blocked input is read in its blocks (a quad never crosses one): in place without
+    # padding, else from a padded copy blocked alike (one vector per block)
+    direct = x.ndim == 5 and groups == 1 and x.shape[4] % k4 == 0
+    if direct and not any(before + after):
+        xp = x
+    elif direct:
+        xp = _pad_in_quads(x, c_in, before, after, x.shape[1], x.shape[4], int(attrs["x_zp"]))
+    elif groups == 1:
+        xp = _pad_in_quads(x, c_in, before, after, ncb, k4, int(attrs["x_zp"]))
     elif depthwise:
-        xp = _pad_in_quads(x, before, after, nb, lanes, int(attrs["x_zp"]))
+        xp = _pad_in_quads(x, c_in, before, after, nb, lanes, int(attrs["x_zp"]))
     else:
         xp = pad_tensor(
             x, [0, 0, *before], [0, extra, *after], value=int(attrs["x_zp"]), name="qconv_pad"
@@ -256,7 +300,14 @@ def qconv2d(inputs, attrs):
             c = g * cg + c
         ih = window_index(oh, rk[0], strides[0], dilations[0])
         iw = window_index(ow, rk[1], strides[1], dilations[1])
-        if groups == 1:
+        if direct:
+            q = xp.shape[4] // k4
+            a = (
+                xp[(n, rcb // q, ih, iw, (rcb % q) * k4 + rci)]
+                if q > 1
+                else xp[(n, rcb, ih, iw, rci)]
+            )
+        elif groups == 1:
             a = xp[(n, rcb, ih, iw, rci)]
         elif depthwise:
             a = xp[(n, ob, ih, iw, oi)]
@@ -281,11 +332,19 @@ def qconv2d(inputs, attrs):
     def requant(n, ob, oh, ow, oi):
         m = ob * lanes + oi
         r = None
-        if residual is not None:  # padded channels read the last real one (discarded)
-            r = residual[(n, te.min_(m, oc - 1) if nb * lanes != oc else m, oh, ow)]
+        if residual is not None and tuple(residual.shape) == tuple(acc.shape):
+            r = residual[(n, ob, oh, ow, oi)]  # blocked like the accumulator
+        elif residual is not None:  # padded channels read the last real one (discarded)
+            r = _at(residual, n, te.min_(m, oc - 1) if nb * lanes != oc else m, oh, ow)
         return _requantize(acc[(n, ob, oh, ow, oi)], rq, m, attrs, r, wide=True)
 
     blocked = te.compute(acc.shape, requant, name="qconv_rq", tag="requantize_blocked")
+    if attrs.get("out_block"):  # the output is the block itself (int8_layout.py), narrowed
+        return [
+            te.compute(
+                acc.shape, _narrow(blocked, attrs["out_dtype"]), name="qconv", tag="requantize"
+            )
+        ]
     return [
         te.compute(
             [x.shape[0], oc, *spatial],
@@ -294,6 +353,13 @@ def qconv2d(inputs, attrs):
             tag="requantize",
         )
     ]
+
+
+def _narrow(blocked: te.Tensor, out: str):
+    def f(*i):
+        return blocked[i] if blocked.dtype == out else te.cast(out, blocked[i])
+
+    return f
 
 
 def _unblock(blocked: te.Tensor, lanes: int, out: str):
@@ -409,7 +475,7 @@ def _tensorizable(ctx: ScheduleContext, acc: te.Tensor, x: te.Tensor) -> bool:
         and x.dtype in ("uint8", "int8")
         and acc.shape[-1] in (4, 8, 16)
         and acc.op.reduce_axis[-1].extent == 4  # fewer than 4 input channels pack fewer
-        and out.ndim == acc.ndim - 1
+        and out.ndim in (acc.ndim - 1, acc.ndim)  # NCHW or blocked like the accumulator
     )
 
 
@@ -446,16 +512,11 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
 
     sch = te.create_schedule(ctx.outs)
     rqb = find_tagged(out, "requantize_blocked")
-    _inline_rest(sch, [acc, rqb] + ([pad] if pad is not None else []))
-    if pad is not None:
-        padded_copy_at_root(sch[pad], ctx.target.cores > 1, False)
+    _inline_rest(sch, [t for t in (acc, rqb, pad) if t is not None])
+    if pad is not None:  # a copy of whole blocks is vectorized, quads are too short
+        padded_copy_at_root(sch[pad], ctx.target.cores > 1, pad.shape[-1] > 4)
     st_out = sch[out]
-    n, m, oh, ow = st_out.op.axis
-    mo, mi = st_out.split(m, t_oc * lanes)
-    owo, owi = st_out.split(ow, t_ow)
-    st_out.reorder(n, mo, oh, owo, mi, owi)
-    if ctx.target.cores > 1:
-        st_out.parallel(st_out.fuse(n, mo, oh))
+    owo = _tile_output(ctx, st_out, t_oc, t_ow, lanes)
     st = sch[acc]
     st.compute_at(st_out, owo)
     an, ob, aoh, aow, oi = st.op.axis
@@ -469,12 +530,36 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     return sch
 
 
-def _epilogue_at(sch: te.Schedule, rqb: te.Tensor, st_out, at) -> None:
+def _tile_output(ctx: ScheduleContext, st_out, t_oc: int, t_ow: int, lanes: int):
+    """The output's loops in tiles of ``t_oc`` channel blocks x ``t_ow`` columns, the
+    tiles' rows on the thread pool; returns the tile's column loop (where the tile is
+    computed). A blocked output (N, C/L, H, W, L) is the epilogue itself, each block of
+    L lanes one vector; an NCHW one copies the blocked epilogue out."""
+    if len(st_out.op.axis) == 5:
+        n, ob, oh, ow, oi = st_out.op.axis
+        mo, mi = st_out.split(ob, t_oc)
+        owo, owi = st_out.split(ow, t_ow)
+        st_out.reorder(n, mo, oh, owo, mi, owi, oi)
+        st_out.vectorize(oi)
+    else:
+        n, m, oh, ow = st_out.op.axis
+        mo, mi = st_out.split(m, t_oc * lanes)
+        owo, owi = st_out.split(ow, t_ow)
+        st_out.reorder(n, mo, oh, owo, mi, owi)
+    if ctx.target.cores > 1:
+        st_out.parallel(st_out.fuse(n, mo, oh))
+    return owo
+
+
+def _epilogue_at(sch: te.Schedule, rqb: te.Tensor | None, st_out, at) -> None:
     """The requantize epilogue over the tile's accumulator blocks, each block of L
     lanes one contiguous run (vectorizable; NCHW's channels are a plane apart), then
-    the output's own loops copy it out."""
+    the output's own loops copy it out (none with a blocked output)."""
+    if rqb is None:
+        return
     st = sch[rqb]
     st.compute_at(st_out, at)
+    st.unroll(st.op.axis[3])  # the tile's columns share a block's requantize rows
     st.vectorize(st.op.axis[-1])
 
 
@@ -521,21 +606,21 @@ def _depthwise_qconv(ctx: ScheduleContext, acc: te.Tensor) -> te.Schedule:
     t_ow = cfg.define_split("qtile_ow", cols, _default_tile(1, cols, DW_TILE)[1], most=32)
     sch = te.create_schedule(ctx.outs)
     rqb = find_tagged(out, "requantize_blocked")
-    _inline_rest(sch, [acc, pad, rqb])
+    _inline_rest(sch, [t for t in (acc, pad, rqb) if t is not None])
     padded_copy_at_root(sch[pad], ctx.target.cores > 1, True)
     st_out = sch[out]
-    n, m, oh, ow = st_out.op.axis
-    mo, mi = st_out.split(m, lanes)
-    owo, owi = st_out.split(ow, t_ow)
-    st_out.reorder(n, mo, oh, owo, mi, owi)
-    if ctx.target.cores > 1:
-        st_out.parallel(st_out.fuse(n, mo, oh))
+    owo = _tile_output(ctx, st_out, 1, t_ow, lanes)
     st = sch[acc]
     st.compute_at(st_out, owo)
     an, ob, aoh, aow, oi = st.op.axis
     rcb, rk0, rk1, rci = st.op.reduce_axis
-    st.reorder(an, ob, aoh, rcb, rci, rk0, rk1, aow, oi)
+    intrin = mac_intrin(pad.dtype, lanes, ctx.target)
+    if intrin is None:
+        st.reorder(an, ob, aoh, rcb, rci, rk0, rk1, aow, oi)
+        st.vectorize(oi)
+    else:  # one vpmaddwd per column and tap (rci: the group's one channel)
+        st.reorder(an, ob, aoh, rcb, rk0, rk1, aow, oi, rci)
+        st.tensorize(oi, intrin)
     st.unroll(aow)
-    st.vectorize(oi)
     _epilogue_at(sch, rqb, st_out, owo)
     return sch

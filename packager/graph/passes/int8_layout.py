@@ -1,0 +1,160 @@
+"""Blocked int8 activations between the integer ops.
+
+The integer conv computes its output in blocks of L channels, (N, C'/L, H, W, L); a
+tensorized consumer reads 4 consecutive channels per dot-product step and a depthwise
+one a block of L channels per vector. Between integer ops the activation therefore
+stays blocked, NCHW[x]c: a value becomes (N, ceil(C/B), H, W, B) int8/uint8 when its
+producer can write it so and every reader can read it so, and then no op repacks it:
+
+- producers: qconv2d (B = its L; its output is the requantized block itself, the
+  channels past C holding the zero point), qadd (the block of its operands), and a
+  per-tensor quantize_linear of a 4-d float tensor at the float -> int8 boundary, which
+  becomes quantize_blocked (B = L, or the channels rounded up to a quad when fewer: a
+  3-channel image is one quad per pixel).
+- readers: a full or depthwise qconv2d's activation (a quad of channels never crosses a
+  block, as B is a multiple of 4), any qconv2d's residual, qadd's operands.
+
+Blocks never differ between a producer and its readers except at quantize_blocked,
+and every reader indexes its input by the input's own block, so there are no
+transform ops: a value read by anything else (a DQ, a float op, a graph output) stays
+NCHW and is written so by its producer. qadd computes elementwise over one shape, so
+its operands and output are blocked together or not at all.
+
+A blocked reader gets attr ``c`` (its activation's real channel count): the shape
+holds only the blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..ir import Graph, Node
+from ..uses import consumers, producers
+from .pack_gemm_weights import _block
+
+_INT = ("int8", "uint8")
+
+
+def int8_layout(graph: Graph, ctx=None) -> Graph:
+    lanes = max(_block(ctx), 4) if ctx is not None else 4
+    return _Layout(graph, lanes).run()
+
+
+class _Layout:
+    def __init__(self, graph: Graph, lanes: int):
+        self.graph = graph
+        self.lanes = lanes
+        self.prod = producers(graph)
+        self.cons = consumers(graph)
+
+    def run(self) -> Graph:
+        block = self.decide()
+        if not block:
+            return self.graph
+        values = dict(self.graph.values)
+        for name, b in block.items():
+            v = values[name]
+            n, c, h, w = v.shape
+            values[name] = replace(v, shape=(n, -(-c // b), h, w, b))
+        nodes = [self.rewrite(node, block) for node in self.graph.nodes]
+        return replace(self.graph, nodes=nodes, values=values)
+
+    # --- which values ---------------------------------------------------------
+
+    def decide(self) -> dict[str, int]:
+        """Value -> its block B, for the values produced and read blocked."""
+        cand = {
+            v
+            for v, k in self.prod.items()
+            if v not in self.graph.outputs
+            and self.out_block(self.graph.nodes[k]) is not None
+            and self.cons.get(v)
+            and all(self.reads_blocked(self.graph.nodes[c], v) for c in self.cons[v])
+        }
+        while True:  # a qadd is blocked whole or not at all; blocks of its sides agree
+            block: dict[str, int] = {}
+            dropped = set()
+            for node in self.graph.nodes:
+                v = node.outputs[0]
+                if v not in cand:
+                    if node.op == "qadd":  # elementwise: NCHW out, NCHW operands
+                        dropped |= set(node.inputs)
+                    continue
+                b = self.out_block(node, block)
+                if b is None:
+                    dropped |= {v, *node.inputs} if node.op == "qadd" else {v}
+                else:
+                    block[v] = b
+            if not dropped & cand:
+                return block
+            cand -= dropped
+
+    def out_block(self, node: Node, block: dict[str, int] | None = None) -> int | None:
+        """The block ``node`` writes its output in, None where it cannot; ``block``:
+        the blocks decided for its inputs (None: whether it could at all)."""
+        vals = self.graph.values
+        if node.op == "qconv2d" and len(vals[node.outputs[0]].shape) == 4:
+            lanes = vals[node.inputs[1]].shape[4]
+            return lanes if lanes % 4 == 0 else None  # whole quads per block
+        if node.op == "qadd" and len(vals[node.outputs[0]].shape) == 4:
+            if block is None:
+                return self.lanes
+            sides = [block.get(i) for i in node.inputs[:2]]
+            return sides[0] if sides[0] is not None and sides[0] == sides[1] else None
+        if node.op == "quantize_linear" and self.quantize_ok(node):
+            c = vals[node.inputs[0]].shape[1]
+            return self.lanes if c >= self.lanes else -(-c // 4) * 4
+        return None
+
+    def quantize_ok(self, node: Node) -> bool:
+        vals = self.graph.values
+        x, s, z = (vals[i] for i in node.inputs[:3]) if len(node.inputs) == 3 else (None,) * 3
+        return (
+            x is not None
+            and len(x.shape) == 4
+            and x.dtype in ("float32",)
+            and s.is_const
+            and z.is_const
+            and s.data.size == 1
+            and z.data.size == 1
+            and node.attrs.get("dtype", z.dtype) in _INT
+        )
+
+    def reads_blocked(self, node: Node, v: str) -> bool:
+        if node.op == "qadd":
+            return True
+        if node.op != "qconv2d":
+            return False
+        slots = [k for k, i in enumerate(node.inputs) if i == v]
+        if 3 in slots:
+            slots.remove(3)  # the residual: read at any block
+        if not slots:
+            return True
+        if slots != [0]:
+            return False
+        ncb, k4 = self.graph.values[node.inputs[1]].shape[1], node_k4(self.graph, node)
+        groups = int(node.attrs.get("groups", 1))
+        depthwise = groups > 1 and ncb * k4 == 1 and int(node.attrs["oc"]) == groups
+        return groups == 1 and k4 == 4 or depthwise
+
+    # --- rewriting ----------------------------------------------------------------
+
+    def rewrite(self, node: Node, block: dict[str, int]) -> Node:
+        attrs = dict(node.attrs)
+        op = node.op
+        if node.outputs[0] in block and op == "quantize_linear":
+            op = "quantize_blocked"
+            attrs["block"] = block[node.outputs[0]]
+        if op == "qconv2d" and node.inputs[0] in block:
+            attrs["c"] = self.graph.values[node.inputs[0]].shape[1]
+        if op == "qconv2d" and node.outputs[0] in block:
+            attrs["out_block"] = True
+        if (op, attrs) == (node.op, node.attrs):
+            return node
+        return replace(node, op=op, attrs=attrs)
+
+
+def node_k4(graph: Graph, node: Node) -> int:
+    """The input channels a qconv2d's dot-product step reads (the packed weights' last
+    dimension)."""
+    return graph.values[node.inputs[1]].shape[5]
