@@ -9,6 +9,7 @@ ratio bundle/ORT.
 
     python bench/compare_ort.py                    # all models, 1 and 2 threads
     python bench/compare_ort.py --models resnet18 --threads 1 --rounds 5
+    python bench/compare_ort.py --models tv_resnet18 tv_mobilenet_v2 --threads 1 2
     python bench/compare_ort.py --models resnet18 --threads 1 --ram-mb 512  # small board
     python bench/compare_ort.py --models lstm2 --threads 1 --repeat 200
     python bench/compare_ort.py --models mel_conv mel_stft mel_dft --threads 1 --repeat 200
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 
 import networks  # noqa: E402
+import torchvision_nets  # noqa: E402
 
 from packager.boards import load_board  # noqa: E402
 from packager.bundle import write_bundle_files  # noqa: E402
@@ -55,6 +57,9 @@ MODELS = {
     "inception_v1": light("inception_v1"),
     "mobilenet_v2": lambda: networks.mobilenet_v2(width=1.0, size=224, classes=1000),
     "resnet18": lambda: networks.resnet(blocks=(2, 2, 2, 2), width=64, size=224, classes=1000),
+    # torchvision's architectures as torch.onnx.export writes them (BN folded, opset 17)
+    "tv_resnet18": torchvision_nets.tv_resnet18,
+    "tv_mobilenet_v2": torchvision_nets.tv_mobilenet_v2,
     # 2-layer LSTM, hidden 128, 16 steps, batch 1 (unrolled: 32 cell kernels a run)
     "lstm2": lambda: networks.lstm_lm(steps=16, hidden=128, layers=2, batch=1, vocab=None),
     # log-mel front ends of 1 s of 16 kHz audio, hop 160: a strided-Conv DFT (n_fft 512,
