@@ -138,3 +138,46 @@ def test_blocks_below_the_vector_width(c, oc, x_block, y_block, groups):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     src = codegen_c(func)
     assert f"pk_f32x{y_block}" in src  # vectors of the block, not scalar code
+
+
+@pytest.mark.parametrize("bits, tile", [(512, (3, 7)), (256, (2, 7)), (128, (2, 7))])
+def test_default_tile_by_vector_registers(bits, tile):
+    """AVX-512's 32 registers hold a tile of 21 accumulators (3 blocks x 7 columns) where
+    AVX2's 16 hold 14; the tile computes the conv."""
+    args, out, anchor = conv_group(c=16, oc=96, hw=(7, 7), k=1, stride=1, pad=0, block=16)
+    cfg = Config()
+    _, attrs, tensor = anchor
+    from packager.ops.registry import ScheduleContext
+
+    target = CpuTarget(vector_bits=bits, cores=1)
+    sch = get_op("conv2d_nchwc").schedules["cpu"](
+        ScheduleContext([out], tensor, attrs, cfg, target)
+    )
+    assert (cfg.as_dict()["tile_oc"], cfg.as_dict()["tile_ow"]) == tile
+    rng = np.random.default_rng(0)
+    ins = [rng.standard_normal(a.shape).astype(np.float32) for a in args]
+    got = np.empty(out.shape, np.float32)
+    build_kernel(te.lower(sch, [*args, out], "k_conv"))(*ins, got)
+    (want,) = evaluate([out], dict(zip(args, ins, strict=True)))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_winograd_tile_by_vector_registers():
+    """The Winograd products' tile takes the same budget: 3 blocks x 8 tiles (24) where
+    AVX-512's registers allow, 3 x 4 (12) in AVX2's."""
+    from packager.ops import winograd_schedule  # noqa: F401  (registers the schedule)
+    from packager.ops.registry import ScheduleContext
+
+    data = te.placeholder((1, 3, 16, 16, 16), "float32", "in0")
+    wt = te.placeholder((6, 6, 3, 48, 16), "float32", "in1")
+    attrs = {"strides": [1, 1], "pads": [1] * 4, "tile": 4}
+    conv = get_op("conv2d_winograd_nchwc").compute([data, wt], attrs)[0]
+    picks = {}
+    for bits in (512, 256):
+        cfg = Config()
+        target = CpuTarget(vector_bits=bits, cores=1)
+        get_op("conv2d_winograd_nchwc").schedules["cpu"](
+            ScheduleContext([conv], conv, attrs, cfg, target)
+        )
+        picks[bits] = (cfg.as_dict()["tile_oc"], cfg.as_dict()["tile_t"])
+    assert picks == {512: (3, 8), 256: (3, 4)}
