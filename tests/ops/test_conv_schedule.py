@@ -181,3 +181,54 @@ def test_winograd_tile_by_vector_registers():
         )
         picks[bits] = (cfg.as_dict()["tile_oc"], cfg.as_dict()["tile_t"])
     assert picks == {512: (3, 8), 256: (3, 4)}
+
+
+def _defaults(case: dict, target) -> dict:
+    args, out, anchor = conv_group(**case)
+    cfg = Config()
+    _, attrs, tensor = anchor
+    from packager.ops.registry import ScheduleContext
+
+    get_op("conv2d_nchwc").schedules["cpu"](ScheduleContext([out], tensor, attrs, cfg, target))
+    return cfg.as_dict()
+
+
+@pytest.mark.parametrize(
+    "target, order",
+    [
+        (CpuTarget(vector_bits=256), "ow_oc"),  # AVX2: 16 registers
+        (CpuTarget(vector_bits=512), "oc_ow"),  # AVX-512: 32
+        (CpuTarget(vector_bits=128, arch="aarch64"), "oc_ow"),  # AArch64 NEON: 32
+        (CpuTarget(vector_bits=128, arch="armv7"), "ow_oc"),  # ARMv7 NEON: 16
+    ],
+)
+def test_tile_order_by_registers(target, order):
+    """A 2 x 7 tile needs 14 accumulators + 7 broadcasts + 1 weight walked blocks first:
+    too many for 16 registers, so there the blocks go inside the columns."""
+    got = _defaults(CASES["3x3_s1"], target)
+    assert (got["tile_oc"], got["tile_ow"], got["tile_order"]) == (2, 7, order)
+
+
+def test_columns_outside_blocks_compute_the_conv():
+    """tile_order ow_oc: the unrolled column loop encloses the block loop in the tile, and
+    the conv (with its residual epilogue, and without an epilogue) gives the same sums."""
+    for case in ("3x3_s1", "residual", "1x1"):
+        args, out, anchor = conv_group(**CASES[case])
+        src = codegen_c(
+            te.lower(schedule_for([out], anchor, knobs={"tile_order": "ow_oc"}), [*args, out], "k")
+        )
+        body = src[src.index("for (int64_t rcb") :]
+        assert body.index("for (int64_t conv_nchwc_i3") < body.index("for (int64_t conv_nchwc_i1")
+        got, want = run_group(args, out, anchor, {"tile_order": "ow_oc"})
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "bits, hw, tile", [(256, 56, (3, 4)), (256, 14, (2, 7)), (512, 56, (3, 8))]
+)
+def test_sixteen_registers_take_a_spill_free_tile_where_one_exists(bits, hw, tile):
+    """At 256 bits a 3 x 4 tile (12 accumulators, 3 weights, 1 broadcast: 16 registers)
+    where the shape allows one; 2 x 7 where it does not (14 wide); AVX-512 fills 24."""
+    case = dict(c=16, oc=48, hw=(hw, hw), k=1, stride=1, pad=0)
+    got = _defaults(case, CpuTarget(vector_bits=bits))
+    assert (got["tile_oc"], got["tile_ow"]) == tile
