@@ -37,7 +37,8 @@ from .registry import ScheduleContext, register_schedule
 # 2 blocks x 7 columns (14 accumulators) runs at ~93% of the FMA peak, while 8
 # accumulators stay near 50-70% (too few FMAs in flight to hide their latency). GCC
 # feeds the FMAs from memory operands, so the weights and the broadcast need few
-# registers; NEON has 32 vector registers.
+# registers (with -O3 and 16 registers it did not always: see default_tile_order);
+# NEON has 32 vector registers.
 ACC_REGS = 14
 # By the board's vector width where it has more registers: AVX-512 has 32, so a tile
 # of up to 24 accumulators (3 blocks x 7 columns at 7 and 14 wide, 3 x 8 at 56) still
@@ -83,7 +84,8 @@ def default_tile_order(target, oc: int, ow: int) -> str:
     keeps them all live across the blocks (acc + ow + 1 registers); columns outside, it
     keeps the oc weight vectors instead (acc + oc + 1). At 256 bits a 2 x 7 tile needs 22
     of 16 registers the first way and spilled accumulators to the stack every step;
-    the second way MobileNetV2's 1x1 convs ran 5-25% faster (8.7 -> 7.7 ms, 1 thread)."""
+    the second way MobileNetV2's 1x1 convs ran 5-25% faster (its kernels 9.4 -> 8.2 ms,
+    1 thread)."""
     return "oc_ow" if oc * ow + ow + 1 <= vector_registers(target) else "ow_oc"
 
 
