@@ -18,7 +18,7 @@ from .. import te
 from ..te.schedule import Schedule, create_schedule, default_schedule
 from . import conv_winograd  # noqa: F401  (registers the op this module schedules)
 from ._cpu import find_tagged, padded_copy_at_root
-from .conv_schedule import ACC_REGS, MAX_OC_TILE, default_tile
+from .conv_schedule import MAX_OC_TILE, acc_budget, default_tile, default_tile_order
 from .registry import ScheduleContext, register_schedule
 
 
@@ -62,7 +62,7 @@ def schedule_winograd_cpu(ctx: ScheduleContext) -> Schedule:
     if "winograd_pad" in stages:
         padded_copy_at_root(sch[stages["winograd_pad"]], par, True)
     _input_transform(sch, stages, par)
-    _products(sch, stages, cfg, par)
+    _products(sch, stages, cfg, par, ctx.target)
     _output_transform(sch, stages, conv, out, m, par)
     return sch
 
@@ -89,14 +89,17 @@ def _input_transform(sch: Schedule, stages, par: bool) -> None:
     _tile(dt, (a, e2d, rb, ci), [rb], ci)
 
 
-def _products(sch: Schedule, stages, cfg, par: bool) -> None:
+def _products(sch: Schedule, stages, cfg, par: bool, target) -> None:
     store = sch[stages["winograd_m_store"]]
     prod = sch[stages["winograd_m"]]
     e1, e2, o, t, oi = store.op.axis
     out_blocks, ntiles = o.extent, t.extent
-    oc_def, t_def = default_tile(out_blocks, ntiles, ACC_REGS)
+    oc_def, t_def = default_tile(out_blocks, ntiles, acc_budget(target))
     oc_tile = cfg.define_split("tile_oc", out_blocks, oc_def, most=MAX_OC_TILE)
     t_tile = cfg.define_split("tile_t", ntiles, t_def, most=16)
+    # tiles outside blocks where the broadcasts would not fit (as the direct conv's)
+    spills = default_tile_order(target, oc_tile, t_tile) == "ow_oc"
+    order = cfg.define("tile_order", ("oc_t", "t_oc"), "t_oc" if spills else "oc_t")
     oo, oin = store.split(o, oc_tile)
     to, tin = store.split(t, t_tile)
     _tile(store, (e1, e2, oo, to, oin, tin, oi), [oin, tin], oi)
@@ -105,7 +108,8 @@ def _products(sch: Schedule, stages, cfg, par: bool) -> None:
     prod.compute_at(store, to)
     _, _, po, pt, poi = prod.op.axis
     rcb, rci = prod.op.reduce_axis
-    _tile(prod, (rcb, rci, po, pt, poi), [po, pt], poi)
+    inner = (po, pt) if order == "oc_t" else (pt, po)
+    _tile(prod, (rcb, rci, *inner, poi), [po, pt], poi)
 
 
 def _output_transform(sch: Schedule, stages, conv, out, m: int, par: bool) -> None:

@@ -138,3 +138,98 @@ def test_blocks_below_the_vector_width(c, oc, x_block, y_block, groups):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     src = codegen_c(func)
     assert f"pk_f32x{y_block}" in src  # vectors of the block, not scalar code
+
+
+@pytest.mark.parametrize("bits, tile", [(512, (3, 7)), (256, (2, 7)), (128, (2, 7))])
+def test_default_tile_by_vector_registers(bits, tile):
+    """AVX-512's 32 registers hold a tile of 21 accumulators (3 blocks x 7 columns) where
+    AVX2's 16 hold 14; the tile computes the conv."""
+    args, out, anchor = conv_group(c=16, oc=96, hw=(7, 7), k=1, stride=1, pad=0, block=16)
+    cfg = Config()
+    _, attrs, tensor = anchor
+    from packager.ops.registry import ScheduleContext
+
+    target = CpuTarget(vector_bits=bits, cores=1)
+    sch = get_op("conv2d_nchwc").schedules["cpu"](
+        ScheduleContext([out], tensor, attrs, cfg, target)
+    )
+    assert (cfg.as_dict()["tile_oc"], cfg.as_dict()["tile_ow"]) == tile
+    rng = np.random.default_rng(0)
+    ins = [rng.standard_normal(a.shape).astype(np.float32) for a in args]
+    got = np.empty(out.shape, np.float32)
+    build_kernel(te.lower(sch, [*args, out], "k_conv"))(*ins, got)
+    (want,) = evaluate([out], dict(zip(args, ins, strict=True)))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_winograd_tile_by_vector_registers():
+    """The Winograd products' tile takes the same budget: 3 blocks x 8 tiles (24) where
+    AVX-512's registers allow, 3 x 4 (12) in AVX2's; there, as 12 + 4 broadcasts + 1
+    weight do not fit 16 registers, the tiles go outside the blocks."""
+    from packager.ops import winograd_schedule  # noqa: F401  (registers the schedule)
+    from packager.ops.registry import ScheduleContext
+
+    data = te.placeholder((1, 3, 16, 16, 16), "float32", "in0")
+    wt = te.placeholder((6, 6, 3, 48, 16), "float32", "in1")
+    attrs = {"strides": [1, 1], "pads": [1] * 4, "tile": 4}
+    conv = get_op("conv2d_winograd_nchwc").compute([data, wt], attrs)[0]
+    picks = {}
+    for bits in (512, 256):
+        cfg = Config()
+        target = CpuTarget(vector_bits=bits, cores=1)
+        get_op("conv2d_winograd_nchwc").schedules["cpu"](
+            ScheduleContext([conv], conv, attrs, cfg, target)
+        )
+        picks[bits] = tuple(cfg.as_dict()[k] for k in ("tile_oc", "tile_t", "tile_order"))
+    assert picks == {512: (3, 8, "oc_t"), 256: (3, 4, "t_oc")}
+
+
+def _defaults(case: dict, target) -> dict:
+    args, out, anchor = conv_group(**case)
+    cfg = Config()
+    _, attrs, tensor = anchor
+    from packager.ops.registry import ScheduleContext
+
+    get_op("conv2d_nchwc").schedules["cpu"](ScheduleContext([out], tensor, attrs, cfg, target))
+    return cfg.as_dict()
+
+
+@pytest.mark.parametrize(
+    "target, order",
+    [
+        (CpuTarget(vector_bits=256), "ow_oc"),  # AVX2: 16 registers
+        (CpuTarget(vector_bits=512), "oc_ow"),  # AVX-512: 32
+        (CpuTarget(vector_bits=128, arch="aarch64"), "oc_ow"),  # AArch64 NEON: 32
+        (CpuTarget(vector_bits=128, arch="armv7"), "ow_oc"),  # ARMv7 NEON: 16
+    ],
+)
+def test_tile_order_by_registers(target, order):
+    """A 2 x 7 tile needs 14 accumulators + 7 broadcasts + 1 weight walked blocks first:
+    too many for 16 registers, so there the blocks go inside the columns."""
+    got = _defaults(CASES["3x3_s1"], target)
+    assert (got["tile_oc"], got["tile_ow"], got["tile_order"]) == (2, 7, order)
+
+
+def test_columns_outside_blocks_compute_the_conv():
+    """tile_order ow_oc: the unrolled column loop encloses the block loop in the tile, and
+    the conv (with its residual epilogue, and without an epilogue) gives the same sums."""
+    for case in ("3x3_s1", "residual", "1x1"):
+        args, out, anchor = conv_group(**CASES[case])
+        src = codegen_c(
+            te.lower(schedule_for([out], anchor, knobs={"tile_order": "ow_oc"}), [*args, out], "k")
+        )
+        body = src[src.index("for (int64_t rcb") :]
+        assert body.index("for (int64_t conv_nchwc_i3") < body.index("for (int64_t conv_nchwc_i1")
+        got, want = run_group(args, out, anchor, {"tile_order": "ow_oc"})
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "bits, hw, tile", [(256, 56, (3, 4)), (256, 14, (2, 7)), (512, 56, (3, 8))]
+)
+def test_sixteen_registers_take_a_spill_free_tile_where_one_exists(bits, hw, tile):
+    """At 256 bits a 3 x 4 tile (12 accumulators, 3 weights, 1 broadcast: 16 registers)
+    where the shape allows one; 2 x 7 where it does not (14 wide); AVX-512 fills 24."""
+    case = dict(c=16, oc=48, hw=(hw, hw), k=1, stride=1, pad=0)
+    got = _defaults(case, CpuTarget(vector_bits=bits))
+    assert (got["tile_oc"], got["tile_ow"]) == tile

@@ -105,6 +105,8 @@ def _group(c, oc, hw, m, epilogue):
         (2, (6, 6), "residual", {}),
         (4, (7, 9), "none", {}),
         (2, (5, 7), "relu", {"tile_oc": 1, "tile_t": 1}),
+        (4, (8, 12), "relu", {"tile_order": "t_oc"}),
+        (2, (6, 6), "residual", {"tile_order": "oc_t"}),
     ],
 )
 def test_template_matches_the_compute(m, hw, epilogue, knobs):
@@ -130,7 +132,7 @@ def test_template_knobs():
     get_op(op).schedules["cpu"](
         ScheduleContext([out], conv, attrs, cfg, CpuTarget(vector_bits=256, cores=2))
     )
-    assert set(cfg.space) == {"tile_oc", "tile_t"}
+    assert set(cfg.space) == {"tile_oc", "tile_t", "tile_order"}
     assert cfg.space["tile_t"].candidates == (1, 2, 4)  # divisors of the 4 tiles
 
 
