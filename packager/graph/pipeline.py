@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ..boards import Board
 from .ir import Graph
+from .passes.conv_transpose_blocks import conv_transpose_blocks
 from .passes.dce import dce
 from .passes.fold_constants import fold_constants
 from .passes.fold_scale_shift import fold_scale_shift
@@ -40,6 +41,7 @@ PASSES: list[tuple[str, object]] = [
     ("fold_constants", fold_constants),
     ("fuse_layer_norm", fuse_layer_norm),  # after folding: gamma, beta and eps constants
     ("fold_scale_shift", fold_scale_shift),  # on NCHW weights, before layout packs them
+    ("conv_transpose_blocks", conv_transpose_blocks),  # after folding BN into the weights
     ("pack_gemm_weights", pack_gemm_weights),  # after folding: BN may have changed B
     ("fold_transpose", fold_transpose),
     ("fuse_attention", fuse_attention),  # after fold_transpose: Q, K^T, V carry their perms
