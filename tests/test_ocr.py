@@ -94,3 +94,52 @@ def test_svtr_matches_onnxruntime_at_a_reduced_size():
     ops = _ops(model)
     assert ops.count("attention") == 6 and ops.count("layer_norm") == 13
     _close(model, rtol=1e-3)
+
+
+def _linear_model(n, k=24, rows=5):
+    rng = np.random.default_rng(2)
+    w = numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float32), "w")
+    bias = numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "bias")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Add", ["m", "bias"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, rows, n])],
+        [w, bias],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def _graph(model):
+    graph, _ = prepare_graph(model, load_board("host"), disabled_passes={"fuse"})
+    return graph
+
+
+@pytest.mark.parametrize("n", [6625, 97 * 7])
+def test_linear_to_an_odd_class_count_is_padded_to_whole_vectors(n):
+    model = _linear_model(n)
+    graph = _graph(model)
+    (mm,) = [x for x in graph.nodes if x.op == "matmul"]
+    nb = mm.attrs["b_block"]
+    assert nb >= 4 and graph.values[mm.outputs[0]].shape[-1] == -(-n // nb) * nb
+    assert "slice" in [x.op for x in graph.nodes]
+    _close(model)
+
+
+def test_linear_to_few_odd_columns_is_not_padded():
+    model = _linear_model(7)
+    assert "slice" not in [x.op for x in _graph(model).nodes]
+    _close(model)
+
+
+def test_linear_whose_columns_take_half_vectors_is_packed():
+    model = _linear_model(40)
+    (mm,) = [x for x in _graph(model).nodes if x.op == "matmul"]
+    assert mm.attrs.get("b_block") == 8
+    _close(model)

@@ -35,7 +35,7 @@ def pack_gemm_weights(graph: Graph, ctx=None) -> Graph:
     layout pass), or None for the transpose alone."""
     values = dict(graph.values)
     nb = _block(ctx)
-    nodes = [_packed(n, values, nb) for n in graph.nodes]
+    nodes = [m for n in graph.nodes for m in _packed(n, values, nb)]
     return replace(graph, nodes=nodes, values=values)
 
 
@@ -55,9 +55,13 @@ def pack_b(b: np.ndarray, trans_b: bool, nb: int) -> np.ndarray:
     return np.ascontiguousarray(kn.reshape(k, n // nb, nb).transpose(1, 0, 2))
 
 
-def _packed(node: Node, values: dict[str, Value], nb: int) -> Node:
+def _packed(node: Node, values: dict[str, Value], nb: int) -> list[Node]:
     if node.op == "matmul":
         return _packed_matmul(node, values, nb)
+    return [_packed_gemm(node, values, nb)]
+
+
+def _packed_gemm(node: Node, values: dict[str, Value], nb: int) -> Node:
     if node.op != "gemm" or len(node.inputs) < 2 or node.attrs.get("b_block"):
         return node
     b = values[node.inputs[1]]
@@ -82,16 +86,47 @@ def _packed(node: Node, values: dict[str, Value], nb: int) -> Node:
     return replace(node, inputs=[node.inputs[0], name, *node.inputs[2:]], attrs=attrs)
 
 
-def _packed_matmul(node: Node, values: dict[str, Value], nb: int) -> Node:
+def _packed_matmul(node: Node, values: dict[str, Value], nb: int) -> list[Node]:
     """A matmul of activations (at least 2-D, a transformer's (batch, tokens, d)) by
-    constant 2-D weights packed as gemm's B is."""
+    constant 2-D weights packed as gemm's B is; in half vectors where full ones do not
+    divide N (40 mel bins at 16 lanes). Where no vector does and N spans several full
+    ones (6625 characters), B gets zero columns up to whole vectors and the product's
+    extra columns are sliced off: a copy of the output instead of scalar code."""
     a, b = values[node.inputs[0]], values[node.inputs[1]]
     if not nb or node.attrs.get("b_block") or node.attrs.get("perm_b") or len(a.shape) < 2:
-        return node
-    if not b.is_const or b.data.ndim != 2 or b.dtype != "float32" or b.data.shape[1] % nb:
-        return node
-    name = f"{b.name}__p{nb}"
+        return [node]
+    if not b.is_const or b.data.ndim != 2 or b.dtype != "float32":
+        return [node]
+    n = b.data.shape[1]
+    lanes = fitting_lanes(n, nb)
+    if lanes < 4 and n >= PAD_MIN_VECTORS * nb:
+        return _padded_matmul(node, values, nb)
+    if not lanes:
+        return [node]
+    name = f"{b.name}__p{lanes}"
     if name not in values:
-        data = pack_b(b.data, False, nb)
+        data = pack_b(b.data, False, lanes)
         values[name] = Value(name, tuple(data.shape), b.dtype, data)
-    return replace(node, inputs=[node.inputs[0], name], attrs={**node.attrs, "b_block": nb})
+    return [replace(node, inputs=[node.inputs[0], name], attrs={**node.attrs, "b_block": lanes})]
+
+
+# Columns (in full vectors) from which an odd N is padded rather than left scalar.
+PAD_MIN_VECTORS = 4
+
+
+def _padded_matmul(node: Node, values: dict[str, Value], nb: int) -> list[Node]:
+    b, out = values[node.inputs[1]], values[node.outputs[0]]
+    k, n = b.data.shape
+    wide = -(-n // nb) * nb
+    name = f"{b.name}__p{nb}w{wide}"
+    if name not in values:
+        padded = np.zeros((k, wide), b.data.dtype)
+        padded[:, :n] = b.data
+        data = pack_b(padded, False, nb)
+        values[name] = Value(name, tuple(data.shape), b.dtype, data)
+    full = f"{node.outputs[0]}__wide"
+    values[full] = Value(full, (*out.shape[:-1], wide), out.dtype)
+    attrs = {**node.attrs, "b_block": nb}
+    mm = replace(node, inputs=[node.inputs[0], name], outputs=[full], attrs=attrs)
+    cut = {"starts": [0], "ends": [n], "axes": [len(out.shape) - 1]}
+    return [mm, Node("slice", f"{node.name}_cut", [full], [node.outputs[0]], cut, node.source)]
