@@ -143,3 +143,72 @@ def test_linear_whose_columns_take_half_vectors_is_packed():
     (mm,) = [x for x in _graph(model).nodes if x.op == "matmul"]
     assert mm.attrs.get("b_block") == 8
     _close(model)
+
+
+def _model_of(nodes, inputs, output, inits=(), opset=13):
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs]
+    out = helper.make_tensor_value_info(output[0], TensorProto.FLOAT, output[1])
+    graph = helper.make_graph(nodes, "g", ins, [out], list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _scalar(name, v):
+    return numpy_helper.from_array(np.array(v, np.float32), name)
+
+
+def test_pow_by_a_constant_is_arithmetic():
+    nodes = [
+        helper.make_node("Pow", ["x", "two"], ["a"]),
+        helper.make_node("Pow", ["x", "half"], ["b"]),
+        helper.make_node("Pow", ["x", "three"], ["c"]),
+        helper.make_node("Sum", ["a", "b", "c"], ["y"]),
+    ]
+    inits = [_scalar("two", 2.0), _scalar("half", 0.5), _scalar("three", 3.0)]
+    model = _model_of(nodes, [("x", [3, 20])], ("y", [3, 20]), inits)
+    ops = _ops(model)
+    assert ops.count("pow") == 1 and "sqrt" in ops and "mul" in ops
+    _close(model)
+
+
+def _power_spectrum(second_perm=(0, 2, 1)):
+    """(1, frames, 2 * bins) -> transpose -> real/imag halves squared and added ->
+    transpose back -> mel product, as a strided-Conv front end exports it."""
+    rng = np.random.default_rng(3)
+    mel = numpy_helper.from_array(rng.random((9, 5)).astype(np.float32), "mel")
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+        helper.make_node("Slice", ["t", "s0", "s1", "ax"], ["re"]),
+        helper.make_node("Slice", ["t", "s1", "s2", "ax"], ["im"]),
+        helper.make_node("Pow", ["re", "two"], ["re2"]),
+        helper.make_node("Pow", ["im", "two"], ["im2"]),
+        helper.make_node("Add", ["re2", "im2"], ["p"]),
+        helper.make_node("Transpose", ["p"], ["pt"], perm=list(second_perm)),
+        helper.make_node("MatMul", ["pt", "mel"], ["y"]),
+    ]
+    ints = [
+        numpy_helper.from_array(np.array([v], np.int64), n)
+        for n, v in [("s0", 0), ("s1", 9), ("s2", 18), ("ax", 1)]
+    ]
+    return _model_of(
+        nodes, [("x", [1, 7, 18])], ("y", [1, 7, 5]), [mel, _scalar("two", 2.0), *ints]
+    )
+
+
+def test_transposes_around_slices_and_elementwise_ops_cancel():
+    model = _power_spectrum()
+    assert "transpose" not in _ops(model)
+    _close(model)
+
+
+def test_a_transpose_that_meets_no_inverse_stays():
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+        helper.make_node("Relu", ["t"], ["r"]),
+        helper.make_node("Reshape", ["r", "shape"], ["y"]),
+    ]
+    shape = numpy_helper.from_array(np.array([-1], np.int64), "shape")
+    model = _model_of(nodes, [("x", [3, 4])], ("y", [12]), [shape])
+    assert _ops(model).count("transpose") == 1
+    _close(model)
