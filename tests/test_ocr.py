@@ -1,6 +1,8 @@
 """OCR networks (a DBNet-style detector, an SVTR-style recognizer) and the passes and
 schedules they exercise, against ONNX Runtime."""
 
+import re
+
 import networks  # noqa: F401  (puts examples/ on the path for ocr_nets)
 import numpy as np
 import ocr_nets
@@ -8,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from packager.boards import load_board
-from packager.package import prepare_graph
+from packager.package import compile_model, prepare_graph
 
 from .helpers import ort_outputs, run_model
 
@@ -211,4 +213,16 @@ def test_a_transpose_that_meets_no_inverse_stays():
     shape = numpy_helper.from_array(np.array([-1], np.int64), "shape")
     model = _model_of(nodes, [("x", [3, 4])], ("y", [12]), [shape])
     assert _ops(model).count("transpose") == 1
+    _close(model)
+
+
+def test_matmul_without_epilogue_accumulates_in_a_register_tile():
+    rng = np.random.default_rng(4)
+    w = numpy_helper.from_array(rng.standard_normal((64, 48)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
+    model = _model_of(nodes, [("x", [1, 12, 64])], ("y", [1, 12, 48]), [w])
+    (kernel,) = [k for k in compile_model(model, load_board("host")).kernels if "matmul" in k.func]
+    # the sum runs in a local tile, copied to the output once (not loaded and stored
+    # around every multiply-add)
+    assert re.search(r"float \w+_local\[\d+\];", kernel.source)
     _close(model)
