@@ -226,3 +226,14 @@ def test_matmul_without_epilogue_accumulates_in_a_register_tile():
     # around every multiply-add)
     assert re.search(r"float \w+_local\[\d+\];", kernel.source)
     _close(model)
+
+
+def test_attention_over_many_tokens_tiles_its_scores_and_vectorizes_row_stats():
+    model = ocr_nets.svtr(height=16, width=128, dims=(32,), depths=(1,), heads=(1,), classes=40)
+    sources = [k.source for k in compile_model(model, load_board("host")).kernels]
+    (att,) = [s for s in sources if "attention_scores" in s]
+    # scores summed over D in a register tile per column block (not a 4 x 128 tile in
+    # memory), the row max and sum as lane-wise partial results first
+    assert re.search(r"float attention_scores_local\[(\d+)\];", att)
+    assert "attention_max_part" in att and "attention_sum_part" in att
+    _close(model, rtol=1e-3)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from .. import te
 from ._cpu import fallback, lanes_of
-from .matmul import _batch_index, _batch_shape, _Operand
-from .normalization import bcast
+from .matmul import ACCUMULATORS, _batch_index, _batch_shape, _Operand
+from .normalization import ROW_PARTS, bcast
 from .registry import ScheduleContext, register_op, register_schedule
 
 
@@ -43,18 +43,14 @@ def attention(inputs, attrs):
         y = s[idx] * te.const(float(attrs.get("scale", 1.0)), dt)
         return y if bias is None else y + bcast(bias, idx)
 
-    rm = te.reduce_axis(n, "rm")
-    top = te.compute(
-        [*batch, m], lambda *r: te.max_reduce(logit((*r, rm)), rm), name="attention_max"
-    )
+    top = _row_reduce(te.max_reduce, logit, [*batch, m], n, "attention_max")
     p = te.compute(
         [*batch, m, n],
         lambda *idx: te.call("exp", logit(idx) - top[idx[:-1]]),
         name="attention_exp",
         tag="elemwise",
     )
-    rs = te.reduce_axis(n, "rs")
-    total = te.compute([*batch, m], lambda *r: te.sum(p[(*r, rs)], rs), name="attention_sum")
+    total = _row_reduce(te.sum, lambda idx: p[idx], [*batch, m], n, "attention_sum")
     kn = te.reduce_axis(n, "kn")
 
     def mix(*idx):
@@ -66,6 +62,26 @@ def attention(inputs, attrs):
         [*batch, m, e], lambda *idx: o[idx] / total[idx[:-1]], name="attention", tag="elemwise"
     )
     return [out]
+
+
+def _row_reduce(combine, term, rows: list, n: int, name: str) -> te.Tensor:
+    """``combine`` (sum, max) of ``term`` over each row of n, in two steps where a width
+    of ROW_PARTS divides n: lane-wise partial results over chunks of the row (``name``
+    _part, which the schedule runs in vectors), then over the lanes. In one step it was
+    a scalar chain of n dependent adds or compares per row."""
+    w = next((p for p in ROW_PARTS if n % p == 0 and n > p), 0)
+    if not w:
+        r = te.reduce_axis(n, f"{name}_r")
+        return te.compute(rows, lambda *i: combine(term((*i, r)), r), name=name)
+    c = te.reduce_axis(n // w, f"{name}_c")
+    part = te.compute(
+        [*rows, w],
+        lambda *i: combine(term((*i[:-1], c * w + i[-1])), c),
+        name=f"{name}_part",
+        tag="row_part",
+    )
+    lane = te.reduce_axis(w, f"{name}_l")
+    return te.compute(rows, lambda *i: combine(part[(*i, lane)], lane), name=name)
 
 
 def _stage(sch: te.Schedule, name: str):
@@ -81,6 +97,20 @@ def _register_tile(st, lanes: int) -> None:
     st.unroll(i)
     st.unroll(jc)
     st.vectorize(jl)
+
+
+def _scores_in_tiles(ctx, scores, tile, n: int, rows: int, lanes: int) -> None:
+    """The block's score rows a column tile at a time: rows x ``cols`` vectors summed
+    over D in registers (``tile``), then stored into the block's scratch. As one
+    rows x N tile (N 960: 240 vectors) the sums lived in memory, loaded and stored
+    around every multiply-add."""
+    cols = ctx.cfg.define_split("attention_cols", n // lanes, max(2, ACCUMULATORS // rows), 8)
+    *_, i, j = scores.op.axis
+    jo, ji = scores.split(j, cols * lanes)
+    scores.reorder(jo, i, ji)
+    scores.vectorize(scores.split(ji, lanes)[1])
+    tile.compute_at(scores, jo)
+    _register_tile(tile, lanes)
 
 
 @register_schedule("attention", "cpu")
@@ -105,11 +135,21 @@ def attention_cpu(ctx: ScheduleContext) -> te.Schedule:
     at = st.fuse(*batch, io) if batch else io
     if ctx.target.cores > 1:
         st.parallel(at)
+    scores = _stage(sch, "attention_scores")
+    tile = sch.cache_write(scores.tensor, "local")
     for name in ("attention_scores", "attention_max", "attention_exp", "attention_sum"):
         sch[_stage(sch, name).tensor].compute_at(st, at)
+    for part in [x for x in sch.stages if x.op.tag == "row_part"]:
+        part.compute_at(st, at)
+        (c,) = part.op.reduce_axis
+        *_, i, lane = part.op.axis
+        if lane.extent > lanes:
+            lane = part.split(lane, lanes)[1]
+        part.reorder(c, *[iv for iv in part.leaf_iter_vars if iv.kind == "data"][-3:])
+        part.vectorize(lane)
     mix_st = _stage(sch, "attention_mix")
     mix_st.compute_at(st, at)
-    _register_tile(_stage(sch, "attention_scores"), lanes)
+    _scores_in_tiles(ctx, scores, sch[tile], n, rows, lanes)
     _register_tile(mix_st, lanes)
     p = _stage(sch, "attention_exp")
     p.vectorize(p.split(p.op.axis[-1], lanes)[1])
