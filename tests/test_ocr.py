@@ -237,3 +237,13 @@ def test_attention_over_many_tokens_tiles_its_scores_and_vectorizes_row_stats():
     assert re.search(r"float attention_scores_local\[(\d+)\];", att)
     assert "attention_max_part" in att and "attention_sum_part" in att
     _close(model, rtol=1e-3)
+
+
+def test_conv_without_epilogue_accumulates_in_a_register_tile():
+    rng = np.random.default_rng(5)
+    w = numpy_helper.from_array(rng.standard_normal((24, 32, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])]
+    model = _model_of(nodes, [("x", [1, 32, 20, 20])], ("y", [1, 24, 20, 20]), [w])
+    (kernel,) = [k for k in compile_model(model, load_board("host")).kernels if "conv" in k.func]
+    assert re.search(r"float \w+_local\[\d+\];", kernel.source)
+    _close(model)
