@@ -247,3 +247,19 @@ def test_conv_without_epilogue_accumulates_in_a_register_tile():
     (kernel,) = [k for k in compile_model(model, load_board("host")).kernels if "conv" in k.func]
     assert re.search(r"float \w+_local\[\d+\];", kernel.source)
     _close(model)
+
+
+@pytest.mark.parametrize("act", ["Sigmoid", None])
+def test_pointwise_conv_to_few_channels_runs_in_vectors(act):
+    rng = np.random.default_rng(6)
+    w = numpy_helper.from_array(rng.standard_normal((4, 24, 1, 1)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c" if act else "y"])]
+    if act:
+        nodes.append(helper.make_node(act, ["c"], ["y"]))
+    model = _model_of(nodes, [("x", [1, 24, 6, 64])], ("y", [1, 4, 6, 64]), [w, b])
+    (kernel,) = [k for k in compile_model(model, load_board("host")).kernels if "conv" in k.func]
+    assert "conv2d_nchwc" not in kernel.func  # left unblocked by the layout pass
+    assert re.search(r"/\* \w+: (4|8|16) lanes \*/", kernel.source)
+    assert "expf(" not in kernel.source
+    _close(model)
