@@ -263,3 +263,37 @@ def test_pointwise_conv_to_few_channels_runs_in_vectors(act):
     assert re.search(r"/\* \w+: (4|8|16) lanes \*/", kernel.source)
     assert "expf(" not in kernel.source
     _close(model)
+
+
+RESIZES = [  # (transform, rounding, factor, whether output i reads pixel i // factor)
+    ("asymmetric", "floor", 2, True),
+    ("asymmetric", "floor", 3, True),
+    ("asymmetric", "round_prefer_floor", 2, True),
+    ("asymmetric", "round_prefer_floor", 3, False),
+    ("asymmetric", "round_prefer_ceil", 2, False),
+    ("half_pixel", "round_prefer_floor", 4, True),
+    ("half_pixel", "round_prefer_ceil", 2, True),
+    ("pytorch_half_pixel", "round_prefer_floor", 3, True),
+    ("half_pixel", "floor", 2, False),
+    ("align_corners", "round_prefer_floor", 2, False),
+]
+
+
+@pytest.mark.parametrize("ctm, rounding, s, whole", RESIZES)
+def test_nearest_integer_upscale_indexes_by_division(ctm, rounding, s, whole):
+    scales = numpy_helper.from_array(np.array([1, 1, s, s], np.float32), "scales")
+    node = helper.make_node(
+        "Resize",
+        ["x", "", "scales"],
+        ["y"],
+        mode="nearest",
+        coordinate_transformation_mode=ctm,
+        nearest_mode=rounding,
+    )
+    model = _model_of([node], [("x", [1, 3, 5, 7])], ("y", [1, 3, 5 * s, 7 * s]), [scales])
+    (kernel,) = compile_model(model, load_board("host")).kernels
+    assert ("ceil(" not in kernel.source) == whole
+    feeds = _feeds(model)
+    (want,) = ort_outputs(model, feeds)
+    (got,) = run_model(model, feeds)
+    np.testing.assert_array_equal(got, want)
