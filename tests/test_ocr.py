@@ -297,3 +297,14 @@ def test_nearest_integer_upscale_indexes_by_division(ctm, rounding, s, whole):
     (want,) = ort_outputs(model, feeds)
     (got,) = run_model(model, feeds)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("n, panels_outside", [(8000, True), (96, False)])
+def test_matmul_by_weights_larger_than_the_cache_walks_column_panels_outermost(n, panels_outside):
+    model = _linear_model(n, k=64, rows=8)
+    kernels = compile_model(model, load_board("host")).kernels
+    (kernel,) = [k for k in kernels if "matmul" in k.func]
+    # the outer loops of column blocks (i2_o) and row blocks (i1_o): which comes first
+    src = kernel.source
+    assert (src.index("_i2_o") < src.index("_i1_o")) == panels_outside
+    _close(model)
