@@ -308,3 +308,15 @@ def test_matmul_by_weights_larger_than_the_cache_walks_column_panels_outermost(n
     src = kernel.source
     assert (src.index("_i2_o") < src.index("_i1_o")) == panels_outside
     _close(model)
+
+
+def test_classifier_softmax_runs_on_the_padded_columns_then_is_sliced():
+    model = _linear_model(679, k=32, rows=6)
+    sm = helper.make_node("Softmax", ["y"], ["p"], axis=-1)
+    model.graph.node.append(sm)
+    model.graph.output[0].name = "p"
+    graph = _graph(model)
+    ops = [x.op for x in graph.nodes]
+    assert ops == ["matmul", "add", "softmax", "slice"]
+    assert graph.values[graph.nodes[2].outputs[0]].shape[-1] > 679
+    _close(model)

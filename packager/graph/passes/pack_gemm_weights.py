@@ -28,6 +28,7 @@ from ...boards import load_board
 from ...target import Target
 from ...te.schedule import fitting_lanes
 from ..ir import Graph, Node, Value
+from ..uses import consumers
 
 
 def pack_gemm_weights(graph: Graph, ctx=None) -> Graph:
@@ -35,8 +36,62 @@ def pack_gemm_weights(graph: Graph, ctx=None) -> Graph:
     layout pass), or None for the transpose alone."""
     values = dict(graph.values)
     nb = _block(ctx)
-    nodes = [m for n in graph.nodes for m in _packed(n, values, nb)]
+    readers = consumers(graph)
+    nodes, taken = [], set()
+    for n in graph.nodes:
+        if id(n) in taken:
+            continue
+        tail = _softmax_tail(n, graph, readers) if n.op == "matmul" else []
+        packed = _packed(n, values, nb)
+        if tail and len(packed) == 2:  # padded: the slice moves after the softmax
+            packed = _pad_through(packed, tail, values)
+            taken.update(id(t) for t in tail)
+        nodes += packed
     return replace(graph, nodes=nodes, values=values)
+
+
+def _softmax_tail(mm: Node, graph: Graph, readers) -> list[Node]:
+    """[bias add, softmax] when the matmul's result alone feeds ``+ bias`` (a constant
+    over the last axis) and that alone a softmax over the last axis; else []."""
+
+    def sole(name):
+        r = readers.get(name, [])
+        return graph.nodes[r[0]] if len(r) == 1 and name not in graph.outputs else None
+
+    add = sole(mm.outputs[0])
+    if add is None or add.op != "add" or len(add.inputs) != 2:
+        return []
+    bias = graph.values[next((i for i in add.inputs if i != mm.outputs[0]), mm.outputs[0])]
+    n = graph.values[mm.outputs[0]].shape[-1]
+    if not bias.is_const or bias.data.size != n or bias.shape[-1:] != (n,):
+        return []
+    sm = sole(add.outputs[0])
+    ndim = len(graph.values[add.outputs[0]].shape)
+    if sm is None or sm.op != "softmax" or [a % ndim for a in sm.attrs["axes"]] != [ndim - 1]:
+        return []
+    return [add, sm]
+
+
+def _pad_through(packed: list[Node], tail: list[Node], values: dict) -> list[Node]:
+    """matmul (wide) -> + bias padded with -inf -> softmax (wide) -> the slice: the
+    padding columns get probability exp(-inf) = 0, so the softmax runs on whole
+    vectors and the first N columns are the model's."""
+    mm, cut = packed
+    add, sm = tail
+    wide = values[mm.outputs[0]].shape[-1]
+    bias = values[next(i for i in add.inputs if i != cut.outputs[0])]
+    n = bias.data.size
+    padded = np.full(wide, -np.inf, bias.data.dtype)
+    padded[:n] = bias.data.reshape(-1)
+    bname = f"{bias.name}__w{wide}"
+    values[bname] = Value(bname, (wide,), bias.dtype, padded)
+    shape = values[mm.outputs[0]].shape
+    names = [f"{add.outputs[0]}__wide", f"{sm.outputs[0]}__wide"]
+    for name, like in zip(names, (add.outputs[0], sm.outputs[0]), strict=True):
+        values[name] = Value(name, shape, values[like].dtype)
+    add2 = replace(add, inputs=[mm.outputs[0], bname], outputs=[names[0]])
+    sm2 = replace(sm, inputs=[names[0]], outputs=[names[1]])
+    return [mm, add2, sm2, replace(cut, inputs=[names[1]], outputs=list(sm.outputs))]
 
 
 def _block(ctx) -> int:
