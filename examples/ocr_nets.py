@@ -93,7 +93,9 @@ def _resnet18(b: NetBuilder, x: str) -> tuple[list[str], list[int]]:
             stride = 2 if (i == 0 and stage > 0) else 1
             y = b.conv_bn(x, cin, cout, 3, stride=stride)
             y = b.conv_bn(y, cout, cout, 3, act=None)
-            short = x if stride == 1 and cin == cout else b.conv_bn(x, cin, cout, 1, stride, None)
+            short = (
+                x if stride == 1 and cin == cout else b.conv_bn(x, cin, cout, 1, stride, act=None)
+            )
             x = b.op("Relu", [b.op("Add", [y, short])])
             cin = cout
         feats.append(x)

@@ -84,8 +84,9 @@ def test_conv_transpose_with_overlapping_windows_stays_direct():
     _close(model)
 
 
-def test_dbnet_matches_onnxruntime_at_a_reduced_size():
-    model = ocr_nets.dbnet(size=128)
+@pytest.mark.parametrize("backbone, inner", [("mobilenet_v3", None), ("resnet18", 64)])
+def test_dbnet_matches_onnxruntime_at_a_reduced_size(backbone, inner):
+    model = ocr_nets.dbnet(size=128 if inner is None else 64, backbone=backbone, inner=inner)
     ops = _ops(model)
     assert "conv_transpose" not in ops
     _close(model, rtol=1e-3)

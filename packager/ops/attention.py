@@ -14,7 +14,7 @@ from __future__ import annotations
 from .. import te
 from ._cpu import fallback, lanes_of
 from .matmul import ACCUMULATORS, _batch_index, _batch_shape, _Operand
-from .normalization import ROW_PARTS, bcast
+from .normalization import bcast, row_parts_at, row_reduce
 from .registry import ScheduleContext, register_op, register_schedule
 
 
@@ -43,14 +43,14 @@ def attention(inputs, attrs):
         y = s[idx] * te.const(float(attrs.get("scale", 1.0)), dt)
         return y if bias is None else y + bcast(bias, idx)
 
-    top = _row_reduce(te.max_reduce, logit, [*batch, m], n, "attention_max")
+    top = row_reduce(te.max_reduce, logit, [*batch, m], n, "attention_max")
     p = te.compute(
         [*batch, m, n],
         lambda *idx: te.call("exp", logit(idx) - top[idx[:-1]]),
         name="attention_exp",
         tag="elemwise",
     )
-    total = _row_reduce(te.sum, lambda idx: p[idx], [*batch, m], n, "attention_sum")
+    total = row_reduce(te.sum, lambda idx: p[idx], [*batch, m], n, "attention_sum")
     kn = te.reduce_axis(n, "kn")
 
     def mix(*idx):
@@ -62,26 +62,6 @@ def attention(inputs, attrs):
         [*batch, m, e], lambda *idx: o[idx] / total[idx[:-1]], name="attention", tag="elemwise"
     )
     return [out]
-
-
-def _row_reduce(combine, term, rows: list, n: int, name: str) -> te.Tensor:
-    """``combine`` (sum, max) of ``term`` over each row of n, in two steps where a width
-    of ROW_PARTS divides n: lane-wise partial results over chunks of the row (``name``
-    _part, which the schedule runs in vectors), then over the lanes. In one step it was
-    a scalar chain of n dependent adds or compares per row."""
-    w = next((p for p in ROW_PARTS if n % p == 0 and n > p), 0)
-    if not w:
-        r = te.reduce_axis(n, f"{name}_r")
-        return te.compute(rows, lambda *i: combine(term((*i, r)), r), name=name)
-    c = te.reduce_axis(n // w, f"{name}_c")
-    part = te.compute(
-        [*rows, w],
-        lambda *i: combine(term((*i[:-1], c * w + i[-1])), c),
-        name=f"{name}_part",
-        tag="row_part",
-    )
-    lane = te.reduce_axis(w, f"{name}_l")
-    return te.compute(rows, lambda *i: combine(part[(*i, lane)], lane), name=name)
 
 
 def _stage(sch: te.Schedule, name: str):
@@ -139,14 +119,7 @@ def attention_cpu(ctx: ScheduleContext) -> te.Schedule:
     tile = sch.cache_write(scores.tensor, "local")
     for name in ("attention_scores", "attention_max", "attention_exp", "attention_sum"):
         sch[_stage(sch, name).tensor].compute_at(st, at)
-    for part in [x for x in sch.stages if x.op.tag == "row_part"]:
-        part.compute_at(st, at)
-        (c,) = part.op.reduce_axis
-        *_, i, lane = part.op.axis
-        if lane.extent > lanes:
-            lane = part.split(lane, lanes)[1]
-        part.reorder(c, *[iv for iv in part.leaf_iter_vars if iv.kind == "data"][-3:])
-        part.vectorize(lane)
+    row_parts_at(sch, st, at, lanes)
     mix_st = _stage(sch, "attention_mix")
     mix_st.compute_at(st, at)
     _scores_in_tiles(ctx, scores, sch[tile], n, rows, lanes)
