@@ -321,3 +321,12 @@ def test_classifier_softmax_runs_on_the_padded_columns_then_is_sliced():
     assert ops == ["matmul", "add", "softmax", "slice"]
     assert graph.values[graph.nodes[2].outputs[0]].shape[-1] > 679
     _close(model)
+
+
+def test_attention_over_40_tokens_with_heads_of_8_runs_in_half_vectors():
+    # PaddleOCR's SVTR neck: 40 time steps, d 64 in 8 heads
+    model = ocr_nets.svtr(height=4, width=160, dims=(64,), depths=(1,), heads=(8,), classes=50)
+    sources = [k.source for k in compile_model(model, load_board("host")).kernels]
+    (att,) = [s for s in sources if "attention_scores" in s]
+    assert "attention_scores_local" in att and re.search(r"/\* \w+: [48] lanes \*/", att)
+    _close(model, rtol=1e-3)

@@ -12,6 +12,7 @@ P V): M x E divisions instead of M x N.
 from __future__ import annotations
 
 from .. import te
+from ..te.schedule import fitting_lanes
 from ._cpu import fallback, lanes_of
 from .matmul import ACCUMULATORS, _batch_index, _batch_shape, _Operand
 from .normalization import bcast, row_parts_at, row_reduce
@@ -103,13 +104,16 @@ def attention_cpu(ctx: ScheduleContext) -> te.Schedule:
     lanes = lanes_of(ctx, out)
     sch = te.create_schedule(ctx.outs)
     n, e = _stage(sch, "attention_mix").op.reduce_axis[0].extent, out.shape[-1]
-    if len(ctx.outs) != 1 or lanes < 2 or n % lanes or e % lanes:
+    # half vectors where full ones do not divide the keys or the head size (40 tokens,
+    # heads of 8 at 16 lanes: PaddleOCR's SVTR neck)
+    ln, le = fitting_lanes(n, lanes), fitting_lanes(e, lanes)
+    if len(ctx.outs) != 1 or ln < 2 or le < 2:
         return fallback(ctx)
     st = sch[out]
     *batch, i, j = st.op.axis
     rows = ctx.cfg.define_split("tile_m", out.shape[-2], 4, most=8)
     io, ii = st.split(i, rows)
-    jo, jl = st.split(j, lanes)
+    jo, jl = st.split(j, le)
     st.reorder(*batch, io, ii, jo, jl)
     st.vectorize(jl)
     at = st.fuse(*batch, io) if batch else io
@@ -119,11 +123,11 @@ def attention_cpu(ctx: ScheduleContext) -> te.Schedule:
     tile = sch.cache_write(scores.tensor, "local")
     for name in ("attention_scores", "attention_max", "attention_exp", "attention_sum"):
         sch[_stage(sch, name).tensor].compute_at(st, at)
-    row_parts_at(sch, st, at, lanes)
+    row_parts_at(sch, st, at, ln)
     mix_st = _stage(sch, "attention_mix")
     mix_st.compute_at(st, at)
-    _scores_in_tiles(ctx, scores, sch[tile], n, rows, lanes)
-    _register_tile(mix_st, lanes)
+    _scores_in_tiles(ctx, scores, sch[tile], n, rows, ln)
+    _register_tile(mix_st, le)
     p = _stage(sch, "attention_exp")
-    p.vectorize(p.split(p.op.axis[-1], lanes)[1])
+    p.vectorize(p.split(p.op.axis[-1], ln)[1])
     return sch
