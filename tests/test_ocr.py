@@ -330,3 +330,13 @@ def test_attention_over_40_tokens_with_heads_of_8_runs_in_half_vectors():
     (att,) = [s for s in sources if "attention_scores" in s]
     assert "attention_scores_local" in att and re.search(r"/\* \w+: [48] lanes \*/", att)
     _close(model, rtol=1e-3)
+
+
+@pytest.mark.parametrize("n, parts", [(1024, True), (100, False)])
+def test_softmax_over_a_long_row_takes_its_max_and_sum_in_lane_wise_parts(n, parts):
+    node = helper.make_node("Softmax", ["x"], ["y"], axis=-1)
+    model = _model_of([node], [("x", [3, n])], ("y", [3, n]))
+    (kernel,) = compile_model(model, load_board("host")).kernels
+    assert ("softmax_max_part" in kernel.source) == parts
+    assert ("softmax_sum_part" in kernel.source) == parts
+    _close(model)
