@@ -14,6 +14,7 @@ ratio bundle/ORT (`--stat min`: the fastest runs instead).
     python bench/compare_ort.py --models resnet18 --threads 1 --ram-mb 512  # small board
     python bench/compare_ort.py --models lstm2 --threads 1 --repeat 200
     python bench/compare_ort.py --models mel_conv mel_stft mel_dft --threads 1 --repeat 200
+    python bench/compare_ort.py --models dbnet svtr --threads 1
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 import networks  # noqa: E402
 import torchvision_nets  # noqa: E402
+import ocr_nets  # noqa: E402
 
 from packager.boards import load_board  # noqa: E402
 from packager.bundle import write_bundle_files  # noqa: E402
@@ -76,6 +78,11 @@ MODELS = {
     "mel_conv": networks.mel_conv,
     "mel_stft": networks.mel_stft,
     "mel_dft": networks.mel_dft,
+    # OCR: a DBNet-style detector (MobileNetV3-small backbone, FPN, DB head) at 640x640,
+    # the same with ResNet-18, and an SVTR-style recognizer at 48x320 (6625 classes)
+    "dbnet": ocr_nets.dbnet,
+    "dbnet_r18": lambda: ocr_nets.dbnet(backbone="resnet18"),
+    "svtr": ocr_nets.svtr,
 }
 
 

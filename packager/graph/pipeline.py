@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ..boards import Board
 from .ir import Graph
+from .passes.conv_transpose_blocks import conv_transpose_blocks
 from .passes.dce import dce
 from .passes.fold_constants import fold_constants
 from .passes.fold_scale_shift import fold_scale_shift
@@ -22,8 +23,10 @@ from .passes.fuse_shuffle import fuse_shuffle
 from .passes.int8_layout import int8_layout
 from .passes.layout import layout_pass
 from .passes.pack_gemm_weights import pack_gemm_weights
+from .passes.pow_by_constant import pow_by_constant
 from .passes.quantize import quantize
 from .passes.remove_identity import remove_identity
+from .passes.sink_transpose import sink_transpose
 
 
 @dataclass
@@ -41,9 +44,12 @@ PASSES: list[tuple[str, object]] = [
     ("quantize", quantize),  # QDQ chains -> integer kernels, before folding DQ(weights)
     ("fold_constants", fold_constants),
     ("fuse_layer_norm", fuse_layer_norm),  # after folding: gamma, beta and eps constants
+    ("pow_by_constant", pow_by_constant),  # after fuse_layer_norm took its Pow 2
     ("fold_scale_shift", fold_scale_shift),  # on NCHW weights, before layout packs them
+    ("conv_transpose_blocks", conv_transpose_blocks),  # after folding BN into the weights
     ("pack_gemm_weights", pack_gemm_weights),  # after folding: BN may have changed B
     ("fuse_shuffle", fuse_shuffle),  # before fold_transpose takes the shuffle's transpose
+    ("sink_transpose", sink_transpose),  # transposes through slices/elementwise ops
     ("fold_transpose", fold_transpose),
     ("fuse_attention", fuse_attention),  # after fold_transpose: Q, K^T, V carry their perms
     ("dce", dce),

@@ -136,6 +136,39 @@ def _row_stats(x: te.Tensor, name: str):
     return mean, two_step(sq, "var")
 
 
+def row_reduce(combine, term, rows: list, n: int, name: str) -> te.Tensor:
+    """``combine`` (sum, max) of ``term`` over each row of n, in two steps where a width
+    of ROW_PARTS divides n: lane-wise partial results over chunks of the row (``name``
+    _part, which the schedule runs in vectors), then over the lanes. In one step it was
+    a scalar chain of n dependent adds or compares per row."""
+    w = next((p for p in ROW_PARTS if n % p == 0 and n > p), 0)
+    if not w:
+        r = te.reduce_axis(n, f"{name}_r")
+        return te.compute(rows, lambda *i: combine(term((*i, r)), r), name=name)
+    c = te.reduce_axis(n // w, f"{name}_c")
+    part = te.compute(
+        [*rows, w],
+        lambda *i: combine(term((*i[:-1], c * w + i[-1])), c),
+        name=f"{name}_part",
+        tag="row_part",
+    )
+    lane = te.reduce_axis(w, f"{name}_l")
+    return te.compute(rows, lambda *i: combine(part[(*i, lane)], lane), name=name)
+
+
+def row_parts_at(sch: te.Schedule, st, at, lanes: int) -> None:
+    """Each ``row_reduce`` part of the schedule computed at ``st``'s loop ``at``, its
+    chunk loop outside the lanes, which run in vectors."""
+    for part in [x for x in sch.stages if x.op.tag == "row_part"]:
+        part.compute_at(st, at)
+        (c,) = part.op.reduce_axis
+        lane = part.op.axis[-1]
+        if lane.extent > lanes:
+            lane = part.split(lane, lanes)[1]
+        part.reorder(c, *[iv for iv in part.leaf_iter_vars if iv.kind == "data"][-3:])
+        part.vectorize(lane)
+
+
 @register_op("layer_norm", "opaque")
 def layer_norm(inputs, attrs):
     """attrs: axis (>= 0), epsilon, with_stats (also return mean and 1/stddev)."""

@@ -79,10 +79,38 @@ def _cubic_weights(r, a: float) -> list[te.Expr]:
     return [far(r + one), near(r), near(one - r), far((one - r) + one)]
 
 
+def _whole_upscale(d: int, n_in: int, attrs: dict) -> int:
+    """The factor s when nearest resizing along ``d`` picks source pixel i // s for
+    output i (0 otherwise): an integer upscale whose coordinate transform and rounding
+    land every output of a group of s on the same pixel. Asymmetric puts output
+    s*q + r at q + r/s (floor: q for every r; prefer-floor: q while r/s <= 1/2, so only
+    s = 2); the half-pixel transforms at q + (r + 1/2)/s - 1/2, strictly within half a
+    pixel of q (either round-to-nearest mode gives q)."""
+    scale = float(attrs["scales"][d])
+    s = int(round(scale))
+    if attrs.get("mode", "nearest") != "nearest" or s < 2 or scale != s:
+        return 0
+    if int(attrs["sizes"][d]) != n_in * s:
+        return 0
+    ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
+    rounding = attrs.get("nearest_mode", "round_prefer_floor")
+    halfway = ("round_prefer_floor", "round_prefer_ceil")
+    fits = {
+        "asymmetric": rounding == "floor" or (rounding == "round_prefer_floor" and s == 2),
+        "half_pixel": rounding in halfway,
+        "pytorch_half_pixel": rounding in halfway,
+    }
+    return s if fits.get(ctm, False) else 0
+
+
 def _taps(i, d: int, n_in: int, attrs: dict):
     """(index, weight) pairs of dim ``d`` for output index ``i``; weight None means 1.
     Also the out-of-range condition for tf_crop_and_resize (or None)."""
     mode = attrs.get("mode", "nearest")
+    if s := _whole_upscale(d, n_in, attrs):
+        # integer indexing: the float64 coordinate, ceil and clamp per element kept the
+        # FPN's x2 upsampling (and the concat reading it) out of vector code
+        return [(i // s, None)], None
     x = _source_coord(i, d, n_in, attrs)
     outside = None
     if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":

@@ -1,7 +1,8 @@
 """The conv2d_nchwc template's knobs: with no config it gives exactly the loop nest it gave
 before the reduction, row-tile and loop-order knobs existed (a frozen copy of that
-template below, with the two defaults changed since: the padded copy in vectors and the
-channel lanes unrolled by two), and every new knob changes the nest and keeps the answer."""
+template below, with the defaults changed since: the padded copy in vectors, the
+channel lanes unrolled by two, a conv without epilogue summing in a local tile), and
+every new knob changes the nest and keeps the answer."""
 
 from __future__ import annotations
 
@@ -61,17 +62,7 @@ def _old_schedule(outs, anchor, knobs):
             st.parallel(st.fuse(n, obo))
 
     if conv is out:
-        st = sch[conv]
-        n, ob, oh, ow, oi = st.op.axis
-        obo, obi = st.split(ob, oc_tile)
-        owo, owi = st.split(ow, ow_tile)
-        st.reorder(n, obo, oh, owo, *st.op.reduce_axis, obi, owi, oi)
-        annotate(st, n, obo, oh)
-        st.unroll(obi)
-        st.unroll(owi)
-        if vec:
-            st.vectorize(oi)
-        return sch
+        conv = sch.cache_write(conv, "local")  # since: accumulates in a register tile
     st = sch[out]
     n, ob, oh, ow, oi = st.op.axis
     obo, obi = st.split(ob, oc_tile)
@@ -128,9 +119,13 @@ def test_defaults_give_the_old_nest(case):
     since = {"reduce_order": ("rcb", "kh", "kw")} if args[0].ndim == 4 else {"unroll_rci": 1}
     since["tile_order"] = "oc_ow"
     for knobs in OLD_KNOBS:
-        new = schedule_for([out], anchor, knobs={**knobs, **since})
-        old = _old_schedule([out], anchor[2], knobs)
-        assert _c(new, args, out) == _c(old, args, out), knobs
+        # each schedule on a group of its own: cache_write rewrites the stage it caches
+        with te.fresh_names():
+            args, out, anchor = _group(case)
+        new = _c(schedule_for([out], anchor, knobs={**knobs, **since}), args, out)
+        with te.fresh_names():
+            args, out, anchor = _group(case)
+        assert new == _c(_old_schedule([out], anchor[2], knobs), args, out), knobs
 
 
 def test_a_plain_input_conv_walks_its_channels_innermost():
@@ -170,19 +165,24 @@ def test_resnet_shapes_have_large_spaces():
 
 @pytest.mark.parametrize("case", ["3x3_s1", "3x3_s2", "residual", "no_epilogue"])
 def test_new_knobs_change_the_nest_and_keep_the_answer(case):
-    args, out, anchor = _group(case)
-    space = _space(args, out, anchor)
+    def fresh():  # a group per schedule: cache_write rewrites the stage it caches
+        with te.fresh_names():
+            return _group(case)
+
+    space = _space(*fresh())
+    args, out, anchor = fresh()
     default = _c(schedule_for([out], anchor, knobs={}), args, out)
     sources = {default}
     want = None
     for knobs in NEW_KNOBS:
         fits = {k: v for k, v in knobs.items() if k in space and v in space[k].candidates}
+        args, out, anchor = fresh()
         src = _c(schedule_for([out], anchor, knobs=fits), args, out)
         if fits == knobs:  # (an odd height has no row tile of 2)
             assert src not in sources, knobs  # a different loop nest each time
         sources.add(src)
         knobs = fits
-        got, want = run_group(args, out, anchor, knobs)
+        got, want = run_group(*fresh(), knobs)
         # the reduction order may change: the same sum up to rounding
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
