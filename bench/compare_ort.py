@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 
 import networks  # noqa: E402
-import torchvision_nets  # noqa: E402
 import ocr_nets  # noqa: E402
+import torchvision_nets  # noqa: E402
 
 from packager.boards import load_board  # noqa: E402
 from packager.bundle import write_bundle_files  # noqa: E402
