@@ -307,6 +307,80 @@ def _example(dims: list | None) -> str:
     return ",".join(str(d) if isinstance(d, int) else f"D{k}" for k, d in enumerate(dims))
 
 
+def freeze_inputs(model: onnx.ModelProto, texts: dict[str, str], path: str = "model"):
+    """``model`` with each input named in ``texts`` (``--input-value NAME=VALUE`` or
+    ``NAME=FILE.npy``) turned into an initializer holding that value: the input leaves the
+    bundle's inputs and whatever reads only it (an If on it) folds at package time.
+    Returns the new model and name -> array of the values frozen."""
+    if not texts:
+        return model, {}
+    inits = {t.name for t in model.graph.initializer}
+    inputs = {vi.name: vi for vi in model.graph.input if vi.name not in inits}
+    frozen = {}
+    for name, text in texts.items():
+        if name not in inputs:
+            raise PackagerError(
+                f"{path}: --input-value names '{name}', which is not an input "
+                f"(inputs: {', '.join(inputs) or 'none'})"
+            )
+        frozen[name] = _input_value(inputs[name], text, path)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    kept = [vi for vi in out.graph.input if vi.name not in frozen]
+    del out.graph.input[:]
+    out.graph.input.extend(kept)
+    for name, arr in frozen.items():
+        out.graph.initializer.append(numpy_helper.from_array(arr, name))
+    return out, frozen
+
+
+def _input_value(vi: onnx.ValueInfoProto, text: str, path: str) -> np.ndarray:
+    """The value ``text`` gives input ``vi``: its declared dtype exactly, its fixed dims."""
+    what = f"{path}: --input-value {vi.name}"
+    dtype = dtype_of(vi.type.tensor_type.elem_type, f"{path}: input '{vi.name}'")
+    want = np.dtype("bool" if dtype == "bool" else dtype)
+    if text.endswith(".npy"):
+        try:
+            arr = np.load(text, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise PackagerError(f"{what}: cannot read {text}: {e}") from e
+        if arr.dtype != want:
+            raise PackagerError(f"{what}: {text} holds {arr.dtype}, the input is {dtype}")
+    else:
+        arr = _parse_value(text, want, what)
+    dims = input_dims(vi)
+    if dims is not None:
+        if not text.endswith(".npy") and not is_dynamic(dims) and arr.size == math.prod(dims):
+            arr = arr.reshape(dims)  # numbers on the command line fill the declared shape
+        fixed = [(k, d) for k, d in enumerate(dims) if isinstance(d, int)]
+        if arr.ndim != len(dims) or any(arr.shape[k] != d for k, d in fixed):
+            raise PackagerError(
+                f"{what}: the value has shape {list(arr.shape)}, the input is declared "
+                f"{dtype}{dims_text(dims)}"
+            )
+    return np.ascontiguousarray(arr)
+
+
+def _parse_value(text: str, want: np.dtype, what: str) -> np.ndarray:
+    words = [w.strip() for w in text.split(",")]
+    try:
+        if want.kind == "b":
+            table = {"0": False, "1": True, "false": False, "true": True}
+            items = [table[w.lower()] for w in words]
+        elif want.kind in "iu":
+            items = [int(w) for w in words]
+        else:
+            items = [float(w) for w in words]
+        arr = np.array(items, dtype=want)
+    except (KeyError, ValueError, OverflowError):
+        raise PackagerError(
+            f"{what}: {text!r} is not a value of the input's dtype {want.name}"
+        ) from None
+    if want.kind in "iu" and any(int(a) != b for a, b in zip(arr, items, strict=True)):
+        raise PackagerError(f"{what}: {text!r} does not fit the input's dtype {want.name}")
+    return arr.reshape(()) if len(items) == 1 else arr
+
+
 def import_onnx(
     path: str,
     input_shapes: dict[str, list[int]] | None = None,

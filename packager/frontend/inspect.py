@@ -11,6 +11,7 @@ from .converters.registry import get_converter
 from .importer import (
     DEFAULT_DOMAINS,
     SHAPE_ONLY,
+    freeze_inputs,
     graph_input_shapes,
     input_dims,
     load_model,
@@ -29,8 +30,10 @@ def _elem(vi: onnx.ValueInfoProto) -> str:
     return type_name(vi.type.tensor_type.elem_type).lower()
 
 
-def inspect_model(path: str, input_shapes: dict | None = None) -> dict:
-    model = load_model(path)
+def inspect_model(
+    path: str, input_shapes: dict | None = None, input_values: dict | None = None
+) -> dict:
+    model, _ = freeze_inputs(load_model(path), input_values or {}, path)
     warn_new_opset(model, path)
     try:
         fixed = graph_input_shapes(model, input_shapes, path)
