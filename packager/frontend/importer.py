@@ -23,6 +23,7 @@ from ..errors import PackagerError, UnsupportedOpsError
 from ..graph.ir import Graph, Node, Value
 from ..ops.registry import get_op
 from ..reference import evaluator
+from . import control_flow
 from .context import ConvertContext
 from .converters.registry import get_converter
 
@@ -420,8 +421,17 @@ def import_nodes(onodes, ctx: ConvertContext, nodes: list[Node], max_bytes: int 
     values, path = ctx.values, ctx.model_path
     check_supported(onodes, values, path)
     for onode in onodes:
-        if onode.op_type == "If" and onode.domain in DEFAULT_DOMAINS:
+        flow = onode.op_type if onode.domain in DEFAULT_DOMAINS else ""
+        if flow == "If" and values[onode.input[0]].data is None:
+            control_flow.runtime_if(ctx, onode, nodes, import_nodes, max_bytes)
+        elif flow == "If":
             inline_if(onode, ctx, nodes, max_bytes)
+        elif flow == "Loop":
+            control_flow.loop(ctx, onode, nodes, import_nodes, max_bytes)
+        elif flow == "Scan":
+            control_flow.scan_as_loop(
+                ctx, onode, lambda more: import_nodes(more, ctx, nodes, max_bytes)
+            )
         elif is_foldable(onode, values):
             fold(onode, values, ctx.opset, path, max_bytes)
         else:
@@ -512,11 +522,11 @@ def check_supported(onodes, values: dict[str, Value], path: str) -> None:
         present = [i for i in node.input if i]
         label = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
         where = node.name or (node.output[0] if node.output else "?")
-        if label == "If":
-            if present and present[0] not in const:
-                missing.setdefault(f"If with a runtime condition ({RUNTIME_IF})", where)
-            else:  # taken as its branch computes them: checked again as they are converted
-                const.update(o for o in node.output if o)
+        if label == "If" and present and present[0] in const:
+            # taken as its branch computes them: checked again as they are converted
+            const.update(o for o in node.output if o)
+            continue
+        if label in CONTROL_FLOW:  # their subgraphs are checked as they are imported
             continue
         folds = node.op_type in SHAPE_ONLY or (
             all(i in const for i in present) and node.op_type not in NEVER_FOLD
@@ -527,7 +537,6 @@ def check_supported(onodes, values: dict[str, Value], path: str) -> None:
         if label in VALUE_SHAPED:
             label += f" {VALUE_SHAPED_NOTE}"
             runtime_args += [i for i in present if i not in const]
-        label += CONTROL_FLOW.get(label, "")
         if node.domain not in DEFAULT_DOMAINS or get_converter(node.op_type) is None:
             missing.setdefault(label, where)
     if missing:
@@ -538,11 +547,8 @@ def check_supported(onodes, values: dict[str, Value], path: str) -> None:
 VALUE_SHAPED_NOTE = "with runtime inputs (its output shape must be known at package time)"
 
 
-# Ops whose body runs a data-dependent number of times: not folded, not converted.
-CONTROL_FLOW = {
-    "Loop": " (runtime control flow: not supported yet)",
-    "Scan": " (runtime control flow: not supported yet)",
-}
+# Ops run by the runtime as control-flow nodes over their subgraphs (frontend/control_flow.py).
+CONTROL_FLOW = ("If", "Loop", "Scan")
 
 
 def fold(
