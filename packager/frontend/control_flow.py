@@ -43,7 +43,7 @@ def _graphs(attr: onnx.AttributeProto) -> list[onnx.GraphProto]:
 def import_subgraph(ctx: ConvertContext, onode, body, formal, import_nodes, max_bytes):
     """The Graph of ``body`` with ``formal`` [(name, shape, dtype)] inputs, and the outer
     runtime names it captures (its inputs after the formal ones)."""
-    from .importer import load_initializer
+    from .importer import KERNEL_DTYPES, load_initializer
 
     values = {n: Value(n, tuple(s), d) for n, s, d in formal}
     for t in body.initializer:
@@ -65,6 +65,9 @@ def import_subgraph(ctx: ConvertContext, onode, body, formal, import_nodes, max_
     for name in outs:
         if name not in values:
             ctx.fail(onode, f"subgraph output '{name}' is produced by no node")
+        if values[name].dtype not in KERNEL_DTYPES:  # a sequence or an optional
+            ctx.fail(onode, f"subgraph output '{name}' is a {values[name].dtype} value, not a "
+                     "tensor: only tensors cross a control-flow node")
     inputs = [n for n, _, _ in formal] + captures
     return Graph(body.name or "body", inputs, outs, nodes, values), captures
 

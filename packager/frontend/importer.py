@@ -484,6 +484,12 @@ RUNTIME_IF = (
 def check_declared_type(vi: onnx.ValueInfoProto, value: Value, path: str) -> None:
     """A graph output's declared element type, when given, must be the computed one: other
     runtimes (the selftest's reference among them) refuse a model where it is not."""
+    kind = vi.type.WhichOneof("value")
+    if kind not in (None, "tensor_type"):
+        raise PackagerError(
+            f"{path}: graph output '{vi.name}' is a {kind.replace('_type', '')}, not a tensor: "
+            "a bundle's outputs are tensors"
+        )
     declared = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
     if declared and ONNX_DTYPES.get(declared) != value.dtype:
         raise PackagerError(
