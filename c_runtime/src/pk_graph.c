@@ -922,7 +922,7 @@ static pk_status parse_subgraphs(loader* L) {
     for (int32_t n = 0; n < g->num_nodes && !s; n++, t = L->d.toks[t].next) {
         pk_node* node = &g->nodes[n];
         if (node->op < PK_NODE_IF) continue;
-        char where[48], sub[32];
+        char where[48], sub[64];
         snprintf(where, sizeof where, "nodes[%d]", (int)n);
         if (L->depth >= PK_MAX_SUBGRAPH_DEPTH)
             return pk_fail(PK_ERR_FORMAT,
