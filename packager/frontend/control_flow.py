@@ -66,8 +66,11 @@ def import_subgraph(ctx: ConvertContext, onode, body, formal, import_nodes, max_
         if name not in values:
             ctx.fail(onode, f"subgraph output '{name}' is produced by no node")
         if values[name].dtype not in KERNEL_DTYPES:  # a sequence or an optional
-            ctx.fail(onode, f"subgraph output '{name}' is a {values[name].dtype} value, not a "
-                     "tensor: only tensors cross a control-flow node")
+            ctx.fail(
+                onode,
+                f"subgraph output '{name}' is a {values[name].dtype} value, not a "
+                "tensor: only tensors cross a control-flow node",
+            )
     inputs = [n for n, _, _ in formal] + captures
     return Graph(body.name or "body", inputs, outs, nodes, values), captures
 
@@ -94,15 +97,21 @@ def runtime_if(ctx, onode, nodes, import_nodes, max_bytes) -> None:
             g.values.setdefault(name, Value(name, ctx.values[name].shape, ctx.values[name].dtype))
         t = _types(g, g.outputs)
         if len(t) != len(onode.output):
-            ctx.fail(onode, f"the {which} branch gives {len(t)} outputs, the node has "
-                     f"{len(onode.output)}")
+            ctx.fail(
+                onode,
+                f"the {which} branch gives {len(t)} outputs, the node has {len(onode.output)}",
+            )
         if types is not None and t != types:
-            ctx.fail(onode, "its branches give outputs of different shapes or dtypes "
-                     f"(then {_text(types)}, else {_text(t)}): a bundle's shapes are static")
+            ctx.fail(
+                onode,
+                "its branches give outputs of different shapes or dtypes "
+                f"(then {_text(types)}, else {_text(t)}): a bundle's shapes are static",
+            )
         types = t
     outs = [o or ctx.fresh("unused") for o in onode.output]
-    node = ctx.node("if", onode, [onode.input[0], *captures], outputs=outs,
-                    out_types=types, subgraphs=branches)
+    node = ctx.node(
+        "if", onode, [onode.input[0], *captures], outputs=outs, out_types=types, subgraphs=branches
+    )
     _add(ctx, node, types, nodes)
 
 
@@ -144,21 +153,35 @@ def loop(ctx, onode, nodes, import_nodes, max_bytes) -> None:
     for (shape, dtype), c in zip(heads[1 : 1 + len(carried)], carried, strict=True):
         v = ctx.values[c]
         if (tuple(shape), dtype) != (v.shape, v.dtype):
-            ctx.fail(onode, f"carried value '{c}' is {v.dtype}{list(v.shape)} going in and "
-                     f"{dtype}{list(shape)} coming out of the body: shapes must be static")
+            ctx.fail(
+                onode,
+                f"carried value '{c}' is {v.dtype}{list(v.shape)} going in and "
+                f"{dtype}{list(shape)} coming out of the body: shapes must be static",
+            )
     max_trips = DEFAULT_MAX_TRIPS
     if trips is not None:
         max_trips = max(0, int(np.asarray(trips).reshape(-1)[0]))
     elif nscan:
-        ctx.fail(onode, "a Loop with scan outputs needs a trip count known at package time "
-                 "(the scan outputs' shapes are static)")
+        ctx.fail(
+            onode,
+            "a Loop with scan outputs needs a trip count known at package time "
+            "(the scan outputs' shapes are static)",
+        )
     types = [(ctx.values[c].shape, ctx.values[c].dtype) for c in carried]
     types += [((max_trips, *s), d) for s, d in heads[1 + len(carried) :]]
     outs = [o or ctx.fresh("unused") for o in onode.output]
     if len(outs) != len(types):
         ctx.fail(onode, f"the node has {len(outs)} outputs, its body gives {len(types)}")
-    node = ctx.node("loop", onode, [trip_name, cond_name, *carried, *captures], outputs=outs,
-                    out_types=types, subgraphs=[g], num_carried=len(carried), max_trips=max_trips)
+    node = ctx.node(
+        "loop",
+        onode,
+        [trip_name, cond_name, *carried, *captures],
+        outputs=outs,
+        out_types=types,
+        subgraphs=[g],
+        num_carried=len(carried),
+        max_trips=max_trips,
+    )
     _add(ctx, node, types, nodes)
 
 
@@ -204,17 +227,25 @@ def scan_as_loop(ctx, onode, run) -> None:
     )
     trips = ctx.add_const(np.array(length, np.int64), f"{p}/trips")
     stacked = [f"{p}/stacked{k}" for k in range(nscan_out)]
-    run([helper.make_node("Loop", [trips, "", *onode.input[:nstate]],
-                          list(onode.output[:nstate]) + stacked, body=loop_body)])
+    run(
+        [
+            helper.make_node(
+                "Loop",
+                [trips, "", *onode.input[:nstate]],
+                list(onode.output[:nstate]) + stacked,
+                body=loop_body,
+            )
+        ]
+    )
     out = []
     for k, (name, a, d) in enumerate(zip(stacked, out_axes, out_dirs, strict=True)):
         final = onode.output[nstate + k]
+        rank = len(ctx.values[name].shape)
         if d:
             rname = f"{name}/reversed"
             order = ctx.add_const(np.arange(length - 1, -1, -1, dtype=np.int64), f"{p}/order")
             out.append(helper.make_node("Gather", [name, order], [rname], axis=0))
             name = rname
-        rank = len(ctx.values[name].shape)
         a = a % rank
         if a:
             perm = list(range(1, a + 1)) + [0] + list(range(a + 1, rank))

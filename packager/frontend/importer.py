@@ -359,7 +359,7 @@ def _input_value(vi: onnx.ValueInfoProto, text: str, path: str) -> np.ndarray:
                 f"{what}: the value has shape {list(arr.shape)}, the input is declared "
                 f"{dtype}{dims_text(dims)}"
             )
-    return np.ascontiguousarray(arr)
+    return np.array(arr, order="C")  # ascontiguousarray would make a scalar 1-d
 
 
 def _parse_value(text: str, want: np.dtype, what: str) -> np.ndarray:
@@ -456,6 +456,8 @@ def inline_if(onode, ctx: ConvertContext, nodes: list[Node], max_bytes: int | No
     branch = ctx.attr(
         onode, "then_branch" if bool(np.asarray(cond).reshape(-1)[0]) else "else_branch"
     )
+    for t in branch.initializer:  # a branch may hold weights of its own
+        ctx.values[t.name] = load_initializer(t, ctx.model_path, max_bytes)
     import_nodes(branch.node, ctx, nodes, max_bytes)
     outs = [o.name for o in branch.output]
     if len(outs) != len(onode.output):
