@@ -12,6 +12,7 @@ ratio bundle/ORT.
     python bench/compare_ort.py --models resnet18 --threads 1 --ram-mb 512  # small board
     python bench/compare_ort.py --models lstm2 --threads 1 --repeat 200
     python bench/compare_ort.py --models mel_conv mel_stft mel_dft --threads 1 --repeat 200
+    python bench/compare_ort.py --models vad --threads 1 --repeat 2000
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 
 import networks  # noqa: E402
+import vad  # noqa: E402
 
 from packager.boards import load_board  # noqa: E402
 from packager.bundle import write_bundle_files  # noqa: E402
@@ -62,10 +64,16 @@ MODELS = {
     "mel_conv": networks.mel_conv,
     "mel_stft": networks.mel_stft,
     "mel_dft": networks.mel_dft,
+    # Silero-style VAD: one 512-sample chunk, the If on sr at run time (16 kHz branch)
+    "vad": vad.silero_vad,
 }
+# Models whose inputs are not all float32 noise: their own feeds.
+FEEDS = {"vad": vad.vad_feeds}
 
 
-def input_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+def input_feeds(model: onnx.ModelProto, name: str = "") -> dict[str, np.ndarray]:
+    if name in FEEDS:
+        return FEEDS[name]()
     inits = {t.name for t in model.graph.initializer}
     rng = np.random.default_rng(0)
     feeds = {}
@@ -171,7 +179,7 @@ def compare(
     ram_mb=None,
 ) -> list[dict]:
     model = MODELS[name]()
-    feeds = input_feeds(model)
+    feeds = input_feeds(model, name)
     rows = []
     with tempfile.TemporaryDirectory() as d:
         bundle, exe = build_bundle(model, Path(d))

@@ -13,7 +13,6 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..errors import PackagerError
 from ..graph.ir import Graph, Node, Value
 from .context import ConvertContext
 
