@@ -239,9 +239,22 @@ def memory_estimate(compiled) -> dict:
     consts = [(n, v.shape, np_dtype(v.dtype).itemsize) for n, v in bundle_params(graph)]
     io = sum(graph.values[n].nbytes for n in [*graph.inputs, *graph.outputs])
     memory = {"params_bytes": file_size(consts), "arena_bytes": plan.arena_bytes, "io_bytes": io}
+    memory["subgraph_bytes"] = subgraph_bytes(graph)
     runtime = 2 * len(text) + RUNTIME_FIXED_BYTES
     memory["peak_bytes"] = sum(memory.values()) + runtime
     return memory
+
+
+def subgraph_bytes(graph: Graph) -> int:
+    """The memory the runtime allocates at load for control-flow nodes' subgraphs (each
+    its own arena, inputs and outputs, 64-aligned; nested ones too)."""
+    total = 0
+    for node in graph.nodes:
+        for sub, plan in zip(node.attrs.get("subgraphs", ()), node.attrs.get("plans", ())):
+            io = [sub.values[n].nbytes for n in [*sub.inputs, *sub.outputs]]
+            total += -(-plan.arena_bytes // 64) * 64 + sum(-(-b // 64) * 64 for b in io)
+            total += subgraph_bytes(sub)
+    return total
 
 
 def sha256_file(path: Path) -> str:
