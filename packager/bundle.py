@@ -250,7 +250,9 @@ def subgraph_bytes(graph: Graph) -> int:
     its own arena, inputs and outputs, 64-aligned; nested ones too)."""
     total = 0
     for node in graph.nodes:
-        for sub, plan in zip(node.attrs.get("subgraphs", ()), node.attrs.get("plans", ())):
+        for sub, plan in zip(
+            node.attrs.get("subgraphs", ()), node.attrs.get("plans", ()), strict=True
+        ):
             io = [sub.values[n].nbytes for n in [*sub.inputs, *sub.outputs]]
             total += -(-plan.arena_bytes // 64) * 64 + sum(-(-b // 64) * 64 for b in io)
             total += subgraph_bytes(sub)

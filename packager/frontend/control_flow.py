@@ -9,6 +9,9 @@ position. Scan is rewritten as a Loop over its sequence axis (docs/bundle-format
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 import onnx
 from onnx import helper
@@ -39,14 +42,22 @@ def _graphs(attr: onnx.AttributeProto) -> list[onnx.GraphProto]:
     return [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
 
 
-def import_subgraph(ctx: ConvertContext, onode, body, formal, import_nodes, max_bytes):
+@dataclass(frozen=True)
+class Importer:
+    """What importing a subgraph needs of the importer (which imports this module)."""
+
+    import_nodes: Callable  # (onnx nodes, ctx, out list, max_bytes) -> None
+    load_initializer: Callable  # (TensorProto, path, max_bytes) -> Value
+    kernel_dtypes: frozenset  # dtypes a tensor crossing a node may have
+    max_bytes: int | None
+
+
+def import_subgraph(ctx: ConvertContext, onode, body, formal, imp: Importer):
     """The Graph of ``body`` with ``formal`` [(name, shape, dtype)] inputs, and the outer
     runtime names it captures (its inputs after the formal ones)."""
-    from .importer import KERNEL_DTYPES, load_initializer
-
     values = {n: Value(n, tuple(s), d) for n, s, d in formal}
     for t in body.initializer:
-        values[t.name] = load_initializer(t, ctx.model_path, max_bytes)
+        values[t.name] = imp.load_initializer(t, ctx.model_path, imp.max_bytes)
     captures = []
     for name in free_names(body):
         if name in values:
@@ -59,12 +70,12 @@ def import_subgraph(ctx: ConvertContext, onode, body, formal, import_nodes, max_
             captures.append(name)
     sub = ConvertContext(values, ctx.opset, ctx.model_path)
     nodes: list[Node] = []
-    import_nodes(body.node, sub, nodes, max_bytes)
+    imp.import_nodes(body.node, sub, nodes, imp.max_bytes)
     outs = [o.name for o in body.output]
     for name in outs:
         if name not in values:
             ctx.fail(onode, f"subgraph output '{name}' is produced by no node")
-        if values[name].dtype not in KERNEL_DTYPES:  # a sequence or an optional
+        if values[name].dtype not in imp.kernel_dtypes:  # a sequence or an optional
             ctx.fail(
                 onode,
                 f"subgraph output '{name}' is a {values[name].dtype} value, not a "
@@ -78,14 +89,14 @@ def _types(graph: Graph, names) -> list[tuple[tuple[int, ...], str]]:
     return [(graph.values[n].shape, graph.values[n].dtype) for n in names]
 
 
-def runtime_if(ctx, onode, nodes, import_nodes, max_bytes) -> None:
+def runtime_if(ctx, onode, nodes, imp: Importer) -> None:
     """An If whose condition is computed at run time: both branches are compiled."""
     cond = ctx.values[onode.input[0]]
     if cond.dtype != "bool" or int(np.prod(cond.shape)) != 1:
         ctx.fail(onode, f"the condition is {cond.dtype}{list(cond.shape)}, not one bool")
     branches, captures = [], []
     for attr in ("then_branch", "else_branch"):
-        g, caps = import_subgraph(ctx, onode, ctx.attr(onode, attr), [], import_nodes, max_bytes)
+        g, caps = import_subgraph(ctx, onode, ctx.attr(onode, attr), [], imp)
         branches.append(g)
         captures += [c for c in caps if c not in captures]
     types = None
@@ -124,7 +135,7 @@ def _add(ctx, node: Node, types, nodes) -> None:
     nodes.append(node)
 
 
-def loop(ctx, onode, nodes, import_nodes, max_bytes) -> None:
+def loop(ctx, onode, nodes, imp: Importer) -> None:
     """A Loop: inputs [trip count, condition, carried...] (absent ones made constants),
     body inputs [iteration, condition, carried...], outputs [carried..., scans...]."""
     ins = list(onode.input) + [""] * (2 - len(onode.input))
@@ -144,7 +155,7 @@ def loop(ctx, onode, nodes, import_nodes, max_bytes) -> None:
         (b.name, ctx.values[c].shape, ctx.values[c].dtype)
         for b, c in zip(body.input[2:], carried, strict=True)
     ]
-    g, captures = import_subgraph(ctx, onode, body, formal, import_nodes, max_bytes)
+    g, captures = import_subgraph(ctx, onode, body, formal, imp)
     heads = _types(g, g.outputs)
     nscan = len(heads) - 1 - len(carried)
     if nscan < 0 or heads[0][1] != "bool" or int(np.prod(heads[0][0])) != 1:

@@ -423,11 +423,11 @@ def import_nodes(onodes, ctx: ConvertContext, nodes: list[Node], max_bytes: int 
     for onode in onodes:
         flow = onode.op_type if onode.domain in DEFAULT_DOMAINS else ""
         if flow == "If" and values[onode.input[0]].data is None:
-            control_flow.runtime_if(ctx, onode, nodes, import_nodes, max_bytes)
+            control_flow.runtime_if(ctx, onode, nodes, _importer(max_bytes))
         elif flow == "If":
             inline_if(onode, ctx, nodes, max_bytes)
         elif flow == "Loop":
-            control_flow.loop(ctx, onode, nodes, import_nodes, max_bytes)
+            control_flow.loop(ctx, onode, nodes, _importer(max_bytes))
         elif flow == "Scan":
             control_flow.scan_as_loop(
                 ctx, onode, lambda more: import_nodes(more, ctx, nodes, max_bytes)
@@ -442,6 +442,12 @@ def import_nodes(onodes, ctx: ConvertContext, nodes: list[Node], max_bytes: int 
             for node in convert(ctx, onode):
                 infer_node(node, values, path, max_bytes)
                 nodes.append(node)
+
+
+def _importer(max_bytes: int | None) -> control_flow.Importer:
+    return control_flow.Importer(
+        import_nodes, load_initializer, frozenset(KERNEL_DTYPES), max_bytes
+    )
 
 
 def inline_if(onode, ctx: ConvertContext, nodes: list[Node], max_bytes: int | None) -> None:
