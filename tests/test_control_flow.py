@@ -315,3 +315,34 @@ def test_vad_both_ways_matches_ort_over_ten_chunks_with_its_state(tmp_path):
         np.testing.assert_allclose(got_p, want_p, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(got_s, want_s, rtol=1e-4, atol=1e-5)
         assert np.ptp(got_p) > 0  # the state carried changes the answer chunk to chunk
+
+
+def test_loop_swapping_carried_values_and_scanning_an_input_matches_ort():
+    """a, b = b, a + b each iteration, and the scan output is the incoming a: heads that are
+    the body's own inputs must be read before any carried value is written back."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["a_in", "b_in"], ["sum"]),
+        ],
+        "body",
+        [
+            vi("i", T.INT64, []),
+            vi("cond_in", T.BOOL, []),
+            vi("a_in", T.FLOAT, [2]),
+            vi("b_in", T.FLOAT, [2]),
+        ],
+        [vi("cond_out", T.BOOL, []), vi("b_in", T.FLOAT, [2]), vi("sum", T.FLOAT, [2])]
+        + [vi("a_in", T.FLOAT, [2])],
+    )
+    model = _model(
+        [helper.make_node("Loop", ["M", "", "a0", "b0"], ["a", "b", "seen"], body=body)],
+        [vi("a0", T.FLOAT, [2]), vi("b0", T.FLOAT, [2])],
+        [vi("a", T.FLOAT, [2]), vi("b", T.FLOAT, [2]), vi("seen", T.FLOAT, [5, 2])],
+        [_init("M", np.int64(5))],
+    )
+    feeds = {"a0": np.array([0, 1], np.float32), "b0": np.array([1, 1], np.float32)}
+    got = run_model(model, feeds)
+    want = ort_outputs(model, feeds)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-6)

@@ -421,6 +421,8 @@ static pk_status run_loop(pk_graph* g, int32_t n) {
     unsigned char cond = *entry_ptr(g, node->inputs[1]) != 0;
     for (int32_t j = 2; j < b->num_inputs; j++)
         copy_entry(b, b->input_entries[j], g, node->inputs[j]);
+    for (int32_t j = 0; j < nc; j++) /* what a loop of no iterations gives */
+        copy_entry(g, g->row_ptr[n] + j, g, node->inputs[2 + j]);
     for (; i < trips && cond; i++) {
         if (i >= node->max_trips)
             return pk_fail(PK_ERR_KERNEL,
@@ -432,8 +434,6 @@ static pk_status run_loop(pk_graph* g, int32_t n) {
         pk_status s = pk_graph_run_nodes(b, NULL, NULL);
         if (s) return s;
         cond = *entry_ptr(b, b->output_entries[0]) != 0;
-        for (int32_t j = 0; j < nc; j++)
-            copy_entry(b, b->input_entries[2 + j], b, b->output_entries[1 + j]);
         for (int32_t j = 0; j < nscan; j++) {
             int32_t head = b->output_entries[1 + nc + j];
             size_t bytes = b->entries[head].bytes;
@@ -441,14 +441,17 @@ static pk_status run_loop(pk_graph* g, int32_t n) {
                 memcpy(entry_ptr(g, g->row_ptr[n] + nc + j) + (size_t)i * bytes, entry_ptr(b, head),
                        bytes);
         }
+        /* through the node's outputs: a carried head may be another carried input */
+        for (int32_t j = 0; j < nc; j++)
+            copy_entry(g, g->row_ptr[n] + j, b, b->output_entries[1 + j]);
+        for (int32_t j = 0; j < nc; j++)
+            copy_entry(b, b->input_entries[2 + j], g, g->row_ptr[n] + j);
     }
     if (nscan && i != node->max_trips)
         return pk_fail(PK_ERR_KERNEL,
                        "run: node %d '%s': the loop ran %lld iterations, but its scan outputs "
                        "hold %lld",
                        (int)n, node->name, (long long)i, (long long)node->max_trips);
-    for (int32_t j = 0; j < nc; j++)
-        copy_entry(g, g->row_ptr[n] + j, b, b->input_entries[2 + j]);
     return PK_OK;
 }
 
