@@ -66,6 +66,8 @@ def _canon(x):
 
 
 def kernel_key(node: Node, graph: Graph, inplace=()) -> str:
+    if "subgraphs" in node.attrs:  # a control-flow node: no kernel of its own, none shared
+        return json.dumps([node.op, node.name])
     ins = [(graph.values[i].shape, graph.values[i].dtype) for i in node.inputs]
     return json.dumps([_structure(node), ins, len(node.outputs), list(inplace)])
 

@@ -346,3 +346,21 @@ def test_loop_swapping_carried_values_and_scanning_an_input_matches_ort():
     want = ort_outputs(model, feeds)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_tuning_tasks_and_plan_report_take_a_control_flow_graph(tmp_path, capsys):
+    """The tuner's task extraction and inspect --plan / --plan-png read a graph whose
+    nodes are control flow (the VAD's: an Equal and the If)."""
+    from packager.boards import load_board
+    from packager.package import prepare_graph
+    from packager.tune.tasks import extract_tasks
+
+    board = load_board("host")
+    graph, plan = prepare_graph(vad.silero_vad(), board)
+    assert [n.op for n in graph.nodes][-1] == "if"
+    assert extract_tasks(graph, board, inplace=plan.inplace) == []  # none in the top graph
+    onnx.save(vad.silero_vad(), tmp_path / "v.onnx")
+    png = tmp_path / "p.png"
+    args = ["inspect", str(tmp_path / "v.onnx"), "--board", "host", "--plan"]
+    assert main([*args, "--plan-png", str(png)]) == 0
+    assert png.stat().st_size > 0 and "kernel calls: 2" in capsys.readouterr().out
