@@ -118,7 +118,7 @@ def compile_model(
 def placement_summary(kernels: list[Kernel], funcs: list[str]) -> str:
     """How many kernel calls run on the GPU, and the ops of those that do not."""
     device = {k.func: k.device for k in kernels}
-    on_gpu = sum(device[f] == "opencl" for f in funcs)
+    on_gpu = sum(device.get(f) == "opencl" for f in funcs)  # "": a control-flow node
     cpu_ops = sorted({k.op for k in kernels if k.device == "cpu"})
     tail = f"; on the CPU: {', '.join(cpu_ops)}" if cpu_ops else ""
     return f"{on_gpu} of {len(funcs)} kernel calls run on the GPU (OpenCL){tail}"

@@ -364,3 +364,51 @@ def test_tuning_tasks_and_plan_report_take_a_control_flow_graph(tmp_path, capsys
     args = ["inspect", str(tmp_path / "v.onnx"), "--board", "host", "--plan"]
     assert main([*args, "--plan-png", str(png)]) == 0
     assert png.stat().st_size > 0 and "kernel calls: 2" in capsys.readouterr().out
+
+
+def nested_model():
+    """A Loop whose body holds an If on the iteration's parity (a subgraph in a subgraph,
+    each with weights of its own): acc += i even ? x * w : x - w."""
+    w = RNG.standard_normal(4).astype(np.float32)
+    then = helper.make_graph(
+        [helper.make_node("Mul", ["x", "w"], ["t"])], "then", [], [vi("t", T.FLOAT, [4])]
+    )
+    other = helper.make_graph(
+        [helper.make_node("Sub", ["x", "w2"], ["e"])],
+        "else",
+        [],
+        [vi("e", T.FLOAT, [4])],
+        [_init("w2", w * 3)],
+    )
+    body = helper.make_graph(
+        [
+            helper.make_node("Mod", ["i", "two"], ["odd"]),
+            helper.make_node("Equal", ["odd", "zero"], ["even"]),
+            helper.make_node("If", ["even"], ["step"], then_branch=then, else_branch=other),
+            helper.make_node("Add", ["acc_in", "step"], ["acc_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [vi("i", T.INT64, []), vi("cond_in", T.BOOL, []), vi("acc_in", T.FLOAT, [4])],
+        [vi("cond_out", T.BOOL, []), vi("acc_out", T.FLOAT, [4])],
+    )
+    inits = [_init("w", w), _init("two", np.int64(2)), _init("zero", np.int64(0))]
+    inits.append(_init("M", np.int64(5)))
+    return _model(
+        [helper.make_node("Loop", ["M", "", "a0"], ["acc"], body=body)],
+        [vi("x", T.FLOAT, [4]), vi("a0", T.FLOAT, [4])],
+        [vi("acc", T.FLOAT, [4])],
+        inits,
+    )
+
+
+@pytest.mark.parametrize("board", ["host", "host-opencl"])
+def test_if_nested_in_a_loop_matches_ort(board):
+    """On a board with OpenCL too: the top graph may use the GPU, subgraphs run on the CPU."""
+    from packager.boards import load_board
+
+    model = nested_model()
+    feeds = {"x": RNG.standard_normal(4).astype(np.float32), "a0": np.ones(4, np.float32)}
+    (got,) = run_model(model, feeds, board=load_board(board))
+    (want,) = ort_outputs(model, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
