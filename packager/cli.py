@@ -115,7 +115,7 @@ def inspect_plan(args) -> int:
         gpu = board.opencl is not None
         placement = {k.func: (k.device, k.cpu_reason) for k in c.kernels} if gpu else None
         if placement is not None:  # a control-flow node calls no kernel ("")
-            placement[""] = ("cpu", "a control-flow node: its subgraphs run on the CPU")
+            placement[""] = ("cpu", "subgraphs run on the CPU (OpenCL is for the top graph)")
         print(plan_report.render(c.graph, c.plan, c.funcs, len(c.kernels), placement))
     if args.plan_png:
         write_bytes_atomic(Path(args.plan_png), plan_report.plan_png(c.graph, c.plan))
