@@ -509,12 +509,13 @@ const char* pk_graph_node_name(const pk_graph* g, int32_t n) {
 }
 
 const char* pk_graph_node_func(const pk_graph* g, int32_t n) {
-    if (!g || n < 0 || n >= g->num_nodes || g->nodes[n].op != PK_NODE_KERNEL) return NULL;
-    return g->nodes[n].func;
+    if (!g || n < 0 || n >= g->num_nodes || g->nodes[n].op < PK_NODE_KERNEL) return NULL;
+    if (g->nodes[n].op == PK_NODE_KERNEL) return g->nodes[n].func;
+    return g->nodes[n].op == PK_NODE_IF ? "(if)" : "(loop)"; /* timed with its subgraphs */
 }
 
 const char* pk_graph_node_device(const pk_graph* g, int32_t n) {
-    if (!g || n < 0 || n >= g->num_nodes || g->nodes[n].op != PK_NODE_KERNEL) return NULL;
+    if (!pk_graph_node_func(g, n)) return NULL;
     return g->nodes[n].device == PK_DEV_CPU ? pk_cpu_backend.name : g->dev->name;
 }
 

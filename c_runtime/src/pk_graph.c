@@ -181,6 +181,7 @@ static pk_status parse_node(loader* L, int32_t t, int32_t i) {
             return pk_fail(PK_ERR_FORMAT, GJ ": %s.num_outputs: %lld is out of range", where,
                            (long long)nout);
     } else if (node->op >= PK_NODE_IF) {
+        node->flops = node->bytes = -1; /* unknown: its subgraphs' kernels do the work */
         if (nout < 0 || nout > INT32_MAX / 2)
             return pk_fail(PK_ERR_FORMAT, GJ ": %s.num_outputs: %lld is out of range", where,
                            (long long)nout);

@@ -111,6 +111,9 @@ static void test_if(void) {
     pk_graph* g = load(if_json);
     if (!g) return;
     float y[4];
+    /* profiles see the node (its subgraphs' kernels timed with it) */
+    CHECK(!strcmp(pk_graph_node_func(g, 3), "(if)") && !strcmp(pk_graph_node_device(g, 3), "cpu"));
+    CHECK(pk_graph_node_flops(g, 3) < 0 && pk_graph_node_func(g, 0) == NULL);
     for (unsigned char c = 0; c < 2; c++) {
         CHECK(pk_graph_set_input(g, 0, &c, 1) == PK_OK);
         CHECK(pk_graph_set_input(g, 1, x_data, 16) == PK_OK);
