@@ -15,6 +15,7 @@ ratio bundle/ORT (`--stat min`: the fastest runs instead).
     python bench/compare_ort.py --models lstm2 --threads 1 --repeat 200
     python bench/compare_ort.py --models mel_conv mel_stft mel_dft --threads 1 --repeat 200
     python bench/compare_ort.py --models dbnet svtr --threads 1
+    python bench/compare_ort.py --models vad --threads 1 --repeat 2000
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 import networks  # noqa: E402
 import ocr_nets  # noqa: E402
 import torchvision_nets  # noqa: E402
+import vad  # noqa: E402
 
 from packager.boards import load_board  # noqa: E402
 from packager.bundle import write_bundle_files  # noqa: E402
@@ -83,10 +85,16 @@ MODELS = {
     "dbnet": ocr_nets.dbnet,
     "dbnet_r18": lambda: ocr_nets.dbnet(backbone="resnet18"),
     "svtr": ocr_nets.svtr,
+    # Silero-style VAD: one 512-sample chunk, the If on sr at run time (16 kHz branch)
+    "vad": vad.silero_vad,
 }
+# Models whose inputs are not all float32 noise: their own feeds.
+FEEDS = {"vad": vad.vad_feeds}
 
 
-def input_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+def input_feeds(model: onnx.ModelProto, name: str = "") -> dict[str, np.ndarray]:
+    if name in FEEDS:
+        return FEEDS[name]()
     inits = {t.name for t in model.graph.initializer}
     rng = np.random.default_rng(0)
     feeds = {}
@@ -197,7 +205,7 @@ def compare(
     stat: str = "median",
 ) -> list[dict]:
     model = MODELS[name]()
-    feeds = input_feeds(model)
+    feeds = input_feeds(model, name)
     rows = []
     with tempfile.TemporaryDirectory() as d:
         bundle, exe = build_bundle(model, Path(d))

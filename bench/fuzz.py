@@ -39,10 +39,51 @@ def _models(tmp: Path) -> dict[str, Path]:
         "resnet": networks.resnet(seed=2, blocks=(1, 1), width=8, size=32, classes=10, groups=2),
     }
     paths = {"tiny_cnn": ROOT / "examples" / "tiny_cnn.onnx"}
+    paths["control"] = tmp / "control.onnx"
+    onnx.save(_control_flow_model(), paths["control"])
     for name, model in nets.items():
         paths[name] = tmp / f"{name}.onnx"
         onnx.save(model, paths[name])
     return paths
+
+
+def _control_flow_model():
+    """A model whose graph is control-flow nodes only (an If on an input, a Loop carrying a
+    value and stacking a scan output), so the graph fuzzer reaches their subgraphs with any
+    kernel table."""
+    import numpy as np
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    vi = helper.make_tensor_value_info
+    then = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["t"])], "then", [], [vi("t", T.FLOAT, [4])]
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"])], "else", [], [vi("e", T.FLOAT, [4])]
+    )
+    body = helper.make_graph(
+        [
+            helper.make_node("Add", ["a", "y"], ["a2"]),
+            helper.make_node("Identity", ["c"], ["c2"]),
+            helper.make_node("Sigmoid", ["a2"], ["s"]),
+        ],
+        "body",
+        [vi("i", T.INT64, []), vi("c", T.BOOL, []), vi("a", T.FLOAT, [4])],
+        [vi("c2", T.BOOL, []), vi("a2", T.FLOAT, [4]), vi("s", T.FLOAT, [4])],
+    )
+    nodes = [
+        helper.make_node("If", ["go"], ["y"], then_branch=then, else_branch=other),
+        helper.make_node("Loop", ["m", "", "x"], ["acc", "scan"], body=body),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "control",
+        [vi("go", T.BOOL, []), vi("x", T.FLOAT, [4])],
+        [vi("acc", T.FLOAT, [4]), vi("scan", T.FLOAT, [3, 4])],
+        [numpy_helper.from_array(np.array(3, np.int64), "m")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def _npy_payload(path: Path) -> bytes:

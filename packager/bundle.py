@@ -21,7 +21,7 @@ import numpy as np
 from . import __version__, resources
 from .codegen.opencl import render_program
 from .errors import PackagerError
-from .graph.ir import Graph, Node, np_dtype
+from .graph.ir import Graph, Node, Value, np_dtype
 from .graph.memory import MemoryPlan
 from .graph.plan_report import plan_stats
 from .lowering import Kernel
@@ -44,8 +44,25 @@ def graph_json(
     """The graph.json document: nodes in execution order, entries, storage plan.
     ``devices``: function -> the device it runs on, where that is not the CPU.
     ``flops``: function -> floating-point operations of one call (kernel_flops)."""
-    devices = devices or {}
-    flops = flops or {}
+    doc = _graph_doc(graph, funcs, plan, devices or {}, flops or {}, "")
+    return {"format": "packager-graph", "version": 1, **doc}
+
+
+def bundle_params(graph: Graph, prefix: str = "") -> list[tuple[str, Value]]:
+    """Every tensor of params.bin, by its name there: the graph's constants, then those of
+    each control-flow node's subgraphs, named ``NODE.K/NAME`` (K: the subgraph's place)."""
+    out = [(prefix + v.name, v) for v in graph.consts()]
+    for node in graph.nodes:
+        for k, sub in enumerate(node.attrs.get("subgraphs", ())):
+            out += bundle_params(sub, _sub_prefix(prefix, node, k))
+    return out
+
+
+def _sub_prefix(prefix: str, node: Node, k: int) -> str:
+    return f"{prefix}{node.name}.{k}/"
+
+
+def _graph_doc(graph, funcs, plan, devices, flops, prefix: str) -> dict:
     nodes, row_ptr, entry_of = [], [0], {}
     shapes, dtypes = [], []
 
@@ -61,10 +78,13 @@ def graph_json(
     for name in graph.inputs:
         add({"op": "input", "name": name, "inputs": []}, [name])
     for v in graph.consts():
-        add({"op": "param", "name": v.name, "inputs": []}, [v.name])
+        add({"op": "param", "name": prefix + v.name, "inputs": []}, [v.name])
     arg_nodes = list(range(len(nodes)))
     for k, (node, func) in enumerate(zip(graph.nodes, funcs, strict=True)):
         ins = [list(entry_of[i]) for i in node.inputs]
+        if "subgraphs" in node.attrs:
+            add(_control_doc(node, ins, devices, flops, prefix), node.outputs)
+            continue
         doc = {
             "op": "kernel",
             "name": node.name,
@@ -79,9 +99,11 @@ def graph_json(
             doc["inplace"] = [list(p) for p in plan.inplace[k]]
         add(doc, node.outputs)
     entries = sorted(entry_of, key=lambda n: row_ptr[entry_of[n][0]] + entry_of[n][1])
+    storage = [
+        {**st, "param": prefix + st["param"]} if st["kind"] == "param" else st
+        for st in plan.storage
+    ]
     return {
-        "format": "packager-graph",
-        "version": 1,
         "nodes": nodes,
         "arg_nodes": arg_nodes,
         "node_row_ptr": row_ptr,
@@ -92,9 +114,27 @@ def graph_json(
             "dtype": dtypes,
             "storage_id": [plan.storage_of[n] for n in entries],
         },
-        "storage": plan.storage,
+        "storage": storage,
         "arena_bytes": plan.arena_bytes,
     }
+
+
+def _control_doc(node: Node, ins, devices, flops, prefix: str) -> dict:
+    """An ``if`` or ``loop`` node: its subgraphs as graph documents of their own."""
+    subs = [
+        _graph_doc(g, f, p, devices, flops, _sub_prefix(prefix, node, k))
+        for k, (g, f, p) in enumerate(
+            zip(node.attrs["subgraphs"], node.attrs["funcs"], node.attrs["plans"], strict=True)
+        )
+    ]
+    doc = {"op": node.op, "name": node.name, "inputs": ins, "num_outputs": len(node.outputs)}
+    if node.op == "if":
+        doc["branches"] = subs
+    else:
+        doc.update(
+            num_carried=node.attrs["num_carried"], max_trips=node.attrs["max_trips"], body=subs[0]
+        )
+    return doc
 
 
 def node_cost(graph: Graph, node: Node, flops: float | None) -> dict:
@@ -196,12 +236,27 @@ def memory_estimate(compiled) -> dict:
     graph, plan = compiled.graph, compiled.plan
     devices = {k.func: k.device for k in compiled.kernels if k.device != "cpu"}
     text = json.dumps(graph_json(graph, compiled.funcs, plan, devices), indent=1)
-    consts = [(v.name, v.shape, np_dtype(v.dtype).itemsize) for v in graph.consts()]
+    consts = [(n, v.shape, np_dtype(v.dtype).itemsize) for n, v in bundle_params(graph)]
     io = sum(graph.values[n].nbytes for n in [*graph.inputs, *graph.outputs])
     memory = {"params_bytes": file_size(consts), "arena_bytes": plan.arena_bytes, "io_bytes": io}
+    memory["subgraph_bytes"] = subgraph_bytes(graph)
     runtime = 2 * len(text) + RUNTIME_FIXED_BYTES
     memory["peak_bytes"] = sum(memory.values()) + runtime
     return memory
+
+
+def subgraph_bytes(graph: Graph) -> int:
+    """The memory the runtime allocates at load for control-flow nodes' subgraphs (each
+    its own arena, inputs and outputs, 64-aligned; nested ones too)."""
+    total = 0
+    for node in graph.nodes:
+        for sub, plan in zip(
+            node.attrs.get("subgraphs", ()), node.attrs.get("plans", ()), strict=True
+        ):
+            io = [sub.values[n].nbytes for n in [*sub.inputs, *sub.outputs]]
+            total += -(-plan.arena_bytes // 64) * 64 + sum(-(-b // 64) * 64 for b in io)
+            total += subgraph_bytes(sub)
+    return total
 
 
 def sha256_file(path: Path) -> str:
@@ -251,7 +306,8 @@ def write_bundle_files(
     gj = graph_json(graph, compiled.funcs, compiled.plan, devices, kernel_flops(kernels))
     _write_json(root / "graph.json", gj)
     params = [
-        (v.name, np.asarray(v.data, dtype=np_dtype(v.dtype), order="C")) for v in graph.consts()
+        (name, np.asarray(v.data, dtype=np_dtype(v.dtype), order="C"))
+        for name, v in bundle_params(graph)
     ]
     (root / "params.bin").write_bytes(write_params(params))
     runtime = root / "runtime"

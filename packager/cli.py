@@ -22,6 +22,7 @@ from .cli_args import (
     add_connection_options,
     add_verify_option,
     input_shapes,
+    input_values,
 )
 from .cli_remote import add_parsers as add_board_parsers
 from .errors import PackagerError
@@ -61,6 +62,7 @@ def cmd_build(args) -> int:
             progress=console.progress,
             verbose=args.verbose,
             use_foreign_records=args.use_foreign_records,
+            input_values=input_values(args),
         )
     finally:
         console.clear()  # an error message must not share the progress line
@@ -79,7 +81,7 @@ def cmd_inspect(args) -> int:
 
     if args.plan or args.plan_png:
         return inspect_plan(args)
-    report = inspect_model(args.model, input_shapes(args))
+    report = inspect_model(args.model, input_shapes(args), input_values(args))
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
@@ -100,17 +102,20 @@ def cmd_inspect(args) -> int:
 
 def inspect_plan(args) -> int:
     from .boards import load_board
-    from .frontend.importer import load_model
+    from .frontend.importer import freeze_inputs, load_model
     from .graph import plan_report
     from .package import compile_model
 
     if args.plan_png:
         check_png_file(args.plan_png)
     board = load_board(args.board)
-    c = compile_model(load_model(args.model), board, input_shapes(args), args.model)
+    model, _ = freeze_inputs(load_model(args.model), input_values(args), args.model)
+    c = compile_model(model, board, input_shapes(args), args.model)
     if args.plan:
         gpu = board.opencl is not None
         placement = {k.func: (k.device, k.cpu_reason) for k in c.kernels} if gpu else None
+        if placement is not None:  # a control-flow node calls no kernel ("")
+            placement[""] = ("cpu", "subgraphs run on the CPU (OpenCL is for the top graph)")
         print(plan_report.render(c.graph, c.plan, c.funcs, len(c.kernels), placement))
     if args.plan_png:
         write_bytes_atomic(Path(args.plan_png), plan_report.plan_png(c.graph, c.plan))
@@ -204,6 +209,13 @@ def make_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="NAME=D0,D1,...",
         help="fix the shape of an input with dynamic dims (repeatable)",
+    )
+    b.add_argument(
+        "--input-value",
+        action="append",
+        metavar="NAME=VALUE",
+        help="freeze an input to a constant at package time: numbers separated by commas, "
+        "or FILE.npy (repeatable); an If on it folds",
     )
     b.add_argument(
         "--tuning-log",
@@ -310,6 +322,13 @@ def make_parser() -> argparse.ArgumentParser:
     )
     i.add_argument("model", metavar="MODEL.onnx")
     i.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...")
+    i.add_argument(
+        "--input-value",
+        action="append",
+        metavar="NAME=VALUE",
+        help="freeze an input to a constant at package time: numbers separated by commas, "
+        "or FILE.npy (repeatable); an If on it folds",
+    )
     i.add_argument("--json", action="store_true", help="print the report as JSON")
     i.add_argument(
         "--plan",

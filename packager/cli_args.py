@@ -121,3 +121,20 @@ def add_verify_option(p: argparse.ArgumentParser) -> None:
         help="skip checking every bundle file against the sha256 in manifest.json (for a "
         "generated kernel edited on purpose)",
     )
+
+
+def input_values(args) -> dict[str, str]:
+    """The --input-value texts by name (VALUE or FILE.npy, read against the model's
+    declared input by frontend.importer.freeze_inputs); a name given twice is refused."""
+    values: dict[str, str] = {}
+    for text in getattr(args, "input_value", None) or []:
+        name, sep, value = text.partition("=")
+        if not sep or not name or not value:
+            raise PackagerError(
+                f"--input-value {text!r}: expected NAME=VALUE (a number, or numbers "
+                "separated by commas) or NAME=FILE.npy"
+            )
+        if name in values:
+            raise PackagerError(f"--input-value {name} given twice ({values[name]} and {value})")
+        values[name] = value
+    return values

@@ -66,6 +66,8 @@ def _canon(x):
 
 
 def kernel_key(node: Node, graph: Graph, inplace=()) -> str:
+    if "subgraphs" in node.attrs:  # a control-flow node: no kernel of its own, none shared
+        return json.dumps([node.op, node.name])
     ins = [(graph.values[i].shape, graph.values[i].dtype) for i in node.inputs]
     return json.dumps([_structure(node), ins, len(node.outputs), list(inplace)])
 
@@ -194,11 +196,33 @@ def lower_graph(
     the template's defaults.
     With a ``gpu`` target each node runs there when it can, else on ``target``."""
     by_key: dict[str, Kernel] = {}
+    targets = [t for t in (gpu, target or CpuTarget()) if t is not None]
+    funcs = _lower_into(graph, plan, by_key, targets, progress, knobs_for)
+    return list(by_key.values()), funcs
+
+
+def _lower_into(graph, plan, by_key, targets, progress=None, knobs_for=None) -> list[str]:
+    """Lower ``graph``'s nodes into ``by_key`` (kernels shared by every graph of the
+    bundle) and return each node's function. A control-flow node calls no function ("");
+    its subgraphs are planned and lowered here, for the CPU only, into
+    ``attrs["plans"]`` and ``attrs["funcs"]``."""
+    from .graph.memory import plan_memory
+
     funcs: list[str] = []
     inplace = plan.inplace if plan else {}
-    targets = [t for t in (gpu, target or CpuTarget()) if t is not None]
     for k, node in enumerate(graph.nodes):
+        if "subgraphs" in node.attrs:
+            plans = [plan_memory(g) for g in node.attrs["subgraphs"]]
+            node.attrs["plans"] = plans
+            node.attrs["funcs"] = [
+                _lower_into(g, p, by_key, targets[-1:], None, knobs_for)
+                for g, p in zip(node.attrs["subgraphs"], plans, strict=True)
+            ]
+            funcs.append("")
+            continue
         key = kernel_key(node, graph, inplace.get(k, ()))
+        if len(targets) == 1 and key in by_key and by_key[key].device != targets[0].family:
+            key += "#" + targets[0].family  # a subgraph's own CPU kernel
         if key not in by_key:
             name = f"k_{len(by_key)}_{_label(node)}"
             pairs = inplace.get(k, ())
@@ -207,7 +231,7 @@ def lower_graph(
         funcs.append(by_key[key].func)
         if progress:
             progress(k + 1, len(graph.nodes))
-    return list(by_key.values()), funcs
+    return funcs
 
 
 def _knobs_on(knobs_for, key, node, graph, pairs):

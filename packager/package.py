@@ -15,7 +15,7 @@ from . import __version__
 from .boards import Board
 from .bundle import memory_estimate, write_bundle, write_bundle_files
 from .errors import PackagerError
-from .frontend.importer import import_onnx, load_model
+from .frontend.importer import freeze_inputs, import_onnx, load_model
 from .graph import conv_algorithms
 from .graph.ir import Graph
 from .graph.memory import MemoryPlan, plan_memory
@@ -118,7 +118,7 @@ def compile_model(
 def placement_summary(kernels: list[Kernel], funcs: list[str]) -> str:
     """How many kernel calls run on the GPU, and the ops of those that do not."""
     device = {k.func: k.device for k in kernels}
-    on_gpu = sum(device[f] == "opencl" for f in funcs)
+    on_gpu = sum(device.get(f) == "opencl" for f in funcs)  # "": a control-flow node
     cpu_ops = sorted({k.op for k in kernels if k.device == "cpu"})
     tail = f"; on the CPU: {', '.join(cpu_ops)}" if cpu_ops else ""
     return f"{on_gpu} of {len(funcs)} kernel calls run on the GPU (OpenCL){tail}"
@@ -189,6 +189,7 @@ def package(
     progress=None,
     verbose: bool = False,
     use_foreign_records: bool = False,
+    input_values: dict[str, str] | None = None,
 ) -> Path:
     """Package ``model_path`` for ``board`` into ``out_dir``; returns the bundle path.
     Tuning records apply from ``tuning_logs``, the shipped ``tuning_logs/<board>/`` and the
@@ -201,7 +202,7 @@ def package(
     say = log or (lambda msg: None)
     check_bundle_output(out_dir, (model_path,))  # refuse at once, before minutes of work
     t0 = time.perf_counter()
-    model = load_model(model_path)
+    model, frozen = freeze_inputs(load_model(model_path), input_values or {}, model_path)
     tuning = Tuning(board, log_files(board.name, tuning_logs), use_foreign_records)
     compiled = compile_model(
         model,
@@ -227,6 +228,8 @@ def package(
         "targets": [t.fingerprint() for t in targets_of(board)],
         "tuning": tuning.summary(),
         "input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
+        # inputs frozen to constants at package time (--input-value): no longer inputs
+        "input_values": {k: _frozen_doc(v) for k, v in sorted(frozen.items())},
         "memory": memory,
         "winograd_filters": {
             "extra_bytes": compiled.winograd_extra_bytes,
@@ -242,6 +245,18 @@ def package(
     seconds = time.perf_counter() - t0
     say(build_summary(out_dir, seconds, compiled.kernels, memory, compiled.winograd_extra_bytes))
     return out
+
+
+def _frozen_doc(arr: np.ndarray) -> dict:
+    """A frozen input in the manifest: dtype, shape, and the value itself when small."""
+    doc = {"dtype": np_to_name(arr), "shape": list(arr.shape)}
+    if arr.size <= 64:
+        doc["value"] = arr.tolist()
+    return doc
+
+
+def np_to_name(arr: np.ndarray) -> str:
+    return "bool" if arr.dtype == np.bool_ else str(arr.dtype)
 
 
 def _mb(n: int) -> str:

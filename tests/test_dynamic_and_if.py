@@ -7,6 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from packager.errors import PackagerError
+from packager.frontend.control_flow import DEFAULT_MAX_TRIPS
 from packager.frontend.importer import import_onnx
 from packager.frontend.inspect import inspect_model
 
@@ -171,7 +172,7 @@ def test_if_on_a_static_shape_folds_with_nested_outer_scope_references(height):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_if_on_runtime_data_is_refused_by_name():
+def test_if_on_runtime_data_and_a_loop_become_control_flow_nodes():
     then = _branch("then", [helper.make_node("Neg", ["x"], ["t"])], "t", 1)
     other = _branch("else", [helper.make_node("Abs", ["x"], ["e"])], "e", 1)
     nodes = [
@@ -183,13 +184,11 @@ def test_if_on_runtime_data_is_refused_by_name():
     model = _model(
         nodes, [_input("x", [4])], [_out("y", 1)], [_init("zero", np.array(0.0, np.float32))]
     )
-    with pytest.raises(PackagerError) as e:
-        import_onnx("m.onnx", None, model=model)
-    msg = str(e.value)
-    assert "m.onnx: 2 unsupported op type(s)" in msg
-    assert "If with a runtime condition" in msg and "(first at node 'sign_if')" in msg
-    assert "needs a runtime control-flow node, which the packager does not support yet" in msg
-    assert "Loop (runtime control flow: not supported yet) (first at node 'a_loop')" in msg
+    graph = import_onnx("m.onnx", None, model=model)
+    ops = {n.op: n for n in graph.nodes}
+    assert [len(g.nodes) for g in ops["if"].attrs["subgraphs"]] == [1, 1]  # both branches
+    # no trip count, a runtime condition: bounded all the same (the runtime stops it there)
+    assert ops["loop"].attrs["max_trips"] == DEFAULT_MAX_TRIPS
 
 
 def _loop_body():

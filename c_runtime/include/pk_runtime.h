@@ -91,11 +91,12 @@ pk_status pk_graph_run(pk_graph* g);
 /* Like pk_graph_run, and adds each node's time (clock_ms: milliseconds from any origin, e.g. a
  * monotonic clock) to node_ms[n], an array of pk_graph_num_nodes entries. */
 pk_status pk_graph_run_profiled(pk_graph* g, double (*clock_ms)(void), double* node_ms);
-/* Nodes in execution order: names, and for kernel nodes the generated function (else NULL). */
+/* Nodes in execution order: names, and for kernel nodes the generated function ("(if)" or
+ * "(loop)" for a control-flow node, timed with its subgraphs; NULL for inputs and params). */
 int32_t pk_graph_num_nodes(const pk_graph* g);
 const char* pk_graph_node_name(const pk_graph* g, int32_t n);
 const char* pk_graph_node_func(const pk_graph* g, int32_t n);
-/* Where kernel node n runs: "cpu" or "opencl" (NULL for other nodes). */
+/* Where kernel node n runs: "cpu" or "opencl" (control flow: "cpu"; NULL for other nodes). */
 const char* pk_graph_node_device(const pk_graph* g, int32_t n);
 /* What graph.json says of kernel node n (old bundles say nothing): the op names fused into
  * it, separated by spaces (else NULL); the flops and bytes of one call (else -1). */

@@ -37,6 +37,10 @@ pk_status pk_graph_bind_params(pk_graph* g, const void* params, size_t params_le
         }
     }
     free(t);
+    /* subgraphs' params are tensors of the same params.bin */
+    for (int32_t n = 0; n < g->num_nodes && !s; n++)
+        for (int32_t k = 0; k < g->nodes[n].num_subs && !s; k++)
+            s = pk_graph_bind_params(g->nodes[n].subs[k], params, params_len);
     return s;
 }
 
@@ -70,6 +74,18 @@ static pk_status check_aliasing(const pk_graph* g, int32_t n) {
     return PK_OK;
 }
 
+/* A subgraph has memory of its own (its arena, inputs and outputs), allocated at load;
+ * its inputs are set by the node that runs it, before every run. */
+static pk_status place_sub(pk_graph* sub) {
+    unsigned char* memory = pk_aligned_alloc(sub->memory_bytes);
+    if (!memory)
+        return pk_fail(PK_ERR_NOMEM, "cannot allocate %zu bytes of subgraph memory",
+                       sub->memory_bytes);
+    sub->own_memory = 1;
+    memset(sub->input_set, 1, (size_t)sub->num_inputs);
+    return pk_graph_place(sub, memory);
+}
+
 pk_status pk_graph_place(pk_graph* g, unsigned char* memory) {
     g->memory = memory;
     for (int32_t i = 0; i < g->num_storage; i++) {
@@ -78,6 +94,10 @@ pk_status pk_graph_place(pk_graph* g, unsigned char* memory) {
     }
     for (int32_t n = 0; n < g->num_nodes; n++) {
         pk_node* node = &g->nodes[n];
+        for (int32_t k = 0; k < node->num_subs; k++) {
+            pk_status s = place_sub(node->subs[k]);
+            if (s) return s;
+        }
         if (node->op != PK_NODE_KERNEL) continue;
         node->args = calloc((size_t)node->num_inputs + (size_t)node->num_outputs, sizeof(void*));
         if (!node->args) return pk_fail(PK_ERR_NOMEM, "out of memory for kernel arguments");
@@ -105,6 +125,11 @@ void pk_graph_free_parts(pk_graph* g) {
         free(g->nodes[n].args);
         free(g->nodes[n].inplace);
         free(g->nodes[n].ops);
+        for (int32_t k = 0; g->nodes[n].subs && k < g->nodes[n].num_subs; k++) {
+            if (g->nodes[n].subs[k]) pk_graph_free_parts(g->nodes[n].subs[k]);
+            free(g->nodes[n].subs[k]);
+        }
+        free(g->nodes[n].subs);
     }
     for (int32_t i = 0; g->storage && i < g->num_storage; i++)
         free(g->storage[i].param);
@@ -362,9 +387,77 @@ static pk_status stage_inputs(pk_graph* g, int32_t n, unsigned char where) {
     return s;
 }
 
+static unsigned char* entry_ptr(const pk_graph* g, int32_t e) {
+    return g->storage[g->entries[e].sid].ptr;
+}
+
+/* Entry de of dst takes the value of entry se of src (the load checked their sizes). */
+static void copy_entry(const pk_graph* dst, int32_t de, const pk_graph* src, int32_t se) {
+    if (dst->entries[de].bytes)
+        memmove(entry_ptr(dst, de), entry_ptr(src, se), dst->entries[de].bytes);
+}
+
+/* An if: the branch its condition picks runs on the node's other inputs. */
+static pk_status run_if(pk_graph* g, int32_t n) {
+    const pk_node* node = &g->nodes[n];
+    pk_graph* b = node->subs[*entry_ptr(g, node->inputs[0]) ? 0 : 1];
+    for (int32_t j = 0; j < b->num_inputs; j++)
+        copy_entry(b, b->input_entries[j], g, node->inputs[j + 1]);
+    pk_status s = pk_graph_run_nodes(b, NULL, NULL);
+    for (int32_t j = 0; j < node->num_outputs && !s; j++)
+        copy_entry(g, g->row_ptr[n] + j, b, b->output_entries[j]);
+    return s;
+}
+
+/* A loop: the body runs while the iteration is below the trip count and the condition
+ * holds, carrying values from one iteration to the next and stacking its scan outputs. It
+ * never runs more than max_trips iterations: a model that would is stopped with an error. */
+static pk_status run_loop(pk_graph* g, int32_t n) {
+    const pk_node* node = &g->nodes[n];
+    pk_graph* b = node->subs[0];
+    int32_t nc = node->num_carried, nscan = node->num_outputs - nc;
+    int64_t trips, i = 0;
+    memcpy(&trips, entry_ptr(g, node->inputs[0]), sizeof trips);
+    unsigned char cond = *entry_ptr(g, node->inputs[1]) != 0;
+    for (int32_t j = 2; j < b->num_inputs; j++)
+        copy_entry(b, b->input_entries[j], g, node->inputs[j]);
+    for (int32_t j = 0; j < nc; j++) /* what a loop of no iterations gives */
+        copy_entry(g, g->row_ptr[n] + j, g, node->inputs[2 + j]);
+    for (; i < trips && cond; i++) {
+        if (i >= node->max_trips)
+            return pk_fail(PK_ERR_KERNEL,
+                           "run: node %d '%s': the loop did not end within %lld iterations "
+                           "(its max_trips)",
+                           (int)n, node->name, (long long)node->max_trips);
+        memcpy(entry_ptr(b, b->input_entries[0]), &i, sizeof i);
+        *entry_ptr(b, b->input_entries[1]) = cond;
+        pk_status s = pk_graph_run_nodes(b, NULL, NULL);
+        if (s) return s;
+        cond = *entry_ptr(b, b->output_entries[0]) != 0;
+        for (int32_t j = 0; j < nscan; j++) {
+            int32_t head = b->output_entries[1 + nc + j];
+            size_t bytes = b->entries[head].bytes;
+            if (bytes)
+                memcpy(entry_ptr(g, g->row_ptr[n] + nc + j) + (size_t)i * bytes, entry_ptr(b, head),
+                       bytes);
+        }
+        /* through the node's outputs: a carried head may be another carried input */
+        for (int32_t j = 0; j < nc; j++)
+            copy_entry(g, g->row_ptr[n] + j, b, b->output_entries[1 + j]);
+        for (int32_t j = 0; j < nc; j++)
+            copy_entry(b, b->input_entries[2 + j], g, g->row_ptr[n] + j);
+    }
+    if (nscan && i != node->max_trips)
+        return pk_fail(PK_ERR_KERNEL,
+                       "run: node %d '%s': the loop ran %lld iterations, but its scan outputs "
+                       "hold %lld",
+                       (int)n, node->name, (long long)i, (long long)node->max_trips);
+    return PK_OK;
+}
+
 /* Runs every kernel in order; with a clock, adds each node's time to node_ms[n] (device
  * nodes: the host time of their copies plus the device's own time of the kernel). */
-static pk_status run_nodes(pk_graph* g, double (*clock_ms)(void), double* node_ms) {
+pk_status pk_graph_run_nodes(pk_graph* g, double (*clock_ms)(void), double* node_ms) {
     if (!g) return pk_fail(PK_ERR_ARG, "run: graph is NULL");
     for (int32_t i = 0; i < g->num_inputs; i++)
         if (!g->input_set[i])
@@ -372,12 +465,15 @@ static pk_status run_nodes(pk_graph* g, double (*clock_ms)(void), double* node_m
                            g->nodes[g->entries[g->input_entries[i]].node].name);
     for (int32_t n = 0; n < g->num_nodes; n++) {
         const pk_node* node = &g->nodes[n];
-        if (node->op != PK_NODE_KERNEL) continue;
+        if (node->op < PK_NODE_KERNEL) continue;
         unsigned char where = node->device == PK_DEV_CPU ? PK_ON_HOST : PK_ON_DEVICE;
         double start = clock_ms ? clock_ms() : 0, device_ms = 0;
         pk_status s = g->dev ? stage_inputs(g, n, where) : PK_OK;
         if (!s && node->device == PK_DEV_CPU) {
-            s = cpu_run(g, n, NULL); /* a direct call: the CPU path stays as cheap as before */
+            /* a direct call: the CPU path stays as cheap as before; subgraphs run on the CPU */
+            s = node->op == PK_NODE_KERNEL ? cpu_run(g, n, NULL)
+                : node->op == PK_NODE_IF   ? run_if(g, n)
+                                           : run_loop(g, n);
             if (clock_ms) node_ms[n] += clock_ms() - start;
         } else if (!s) {
             double staged = clock_ms ? clock_ms() : 0;
@@ -396,12 +492,12 @@ static pk_status run_nodes(pk_graph* g, double (*clock_ms)(void), double* node_m
 }
 
 pk_status pk_graph_run(pk_graph* g) {
-    return run_nodes(g, NULL, NULL);
+    return pk_graph_run_nodes(g, NULL, NULL);
 }
 
 pk_status pk_graph_run_profiled(pk_graph* g, double (*clock_ms)(void), double* node_ms) {
     if (!clock_ms || !node_ms) return pk_fail(PK_ERR_ARG, "run_profiled: clock or times is NULL");
-    return run_nodes(g, clock_ms, node_ms);
+    return pk_graph_run_nodes(g, clock_ms, node_ms);
 }
 
 int32_t pk_graph_num_nodes(const pk_graph* g) {
@@ -413,12 +509,13 @@ const char* pk_graph_node_name(const pk_graph* g, int32_t n) {
 }
 
 const char* pk_graph_node_func(const pk_graph* g, int32_t n) {
-    if (!g || n < 0 || n >= g->num_nodes || g->nodes[n].op != PK_NODE_KERNEL) return NULL;
-    return g->nodes[n].func;
+    if (!g || n < 0 || n >= g->num_nodes || g->nodes[n].op < PK_NODE_KERNEL) return NULL;
+    if (g->nodes[n].op == PK_NODE_KERNEL) return g->nodes[n].func;
+    return g->nodes[n].op == PK_NODE_IF ? "(if)" : "(loop)"; /* timed with its subgraphs */
 }
 
 const char* pk_graph_node_device(const pk_graph* g, int32_t n) {
-    if (!g || n < 0 || n >= g->num_nodes || g->nodes[n].op != PK_NODE_KERNEL) return NULL;
+    if (!pk_graph_node_func(g, n)) return NULL;
     return g->nodes[n].device == PK_DEV_CPU ? pk_cpu_backend.name : g->dev->name;
 }
 

@@ -10,7 +10,8 @@
 
 typedef struct {
     pj_doc d;
-    int32_t root;
+    int32_t root;  /* the graph's object: the document's top, or a subgraph inside it */
+    int32_t depth; /* subgraphs around this one */
     pk_graph* g;
 } loader;
 
@@ -128,8 +129,30 @@ static pk_status parse_cost(loader* L, int32_t t, int32_t i) {
     return PK_OK;
 }
 
+/* A loop's "num_carried" (values carried from one iteration to the next, the first outputs)
+ * and "max_trips" (the most iterations it may run; its scan outputs hold that many). */
+static pk_status parse_loop(loader* L, int32_t t, int32_t i, int64_t nout) {
+    pk_node* node = &L->g->nodes[i];
+    pk_status s = PK_OK;
+    char where[48];
+    int64_t v;
+    snprintf(where, sizeof where, "nodes[%d]", (int)i);
+    int32_t nc = field(L, t, where, "num_carried", PJ_NUM, &s);
+    int32_t mt = field(L, t, where, "max_trips", PJ_NUM, &s);
+    if (s) return s;
+    if (!pj_int(&L->d, nc, &v) || v < 0 || v > nout)
+        return pk_fail(PK_ERR_FORMAT, GJ ": %s.num_carried: expected an integer in [0, %lld]",
+                       where, (long long)nout);
+    node->num_carried = (int32_t)v;
+    if (!pj_int(&L->d, mt, &v) || v < 0 || v > PK_MAX_TRIPS)
+        return pk_fail(PK_ERR_FORMAT, GJ ": %s.max_trips: expected an integer in [0, %lld]", where,
+                       (long long)PK_MAX_TRIPS);
+    node->max_trips = v;
+    return PK_OK;
+}
+
 static pk_status parse_node(loader* L, int32_t t, int32_t i) {
-    static const char* const ops[] = {"input", "param", "kernel"};
+    static const char* const ops[] = {"input", "param", "kernel", "if", "loop"};
     pk_node* node = &L->g->nodes[i];
     pk_status s = PK_OK;
     char where[48];
@@ -140,10 +163,11 @@ static pk_status parse_node(loader* L, int32_t t, int32_t i) {
     int32_t name = field(L, t, where, "name", PJ_STR, &s);
     if (s) return s;
     node->op = -1;
-    for (int32_t k = 0; k < 3; k++)
+    for (int32_t k = 0; k < 5; k++)
         if (pj_streq(&L->d, op, ops[k])) node->op = k;
     if (node->op < 0)
-        return pk_fail(PK_ERR_FORMAT, GJ ": %s.op: must be input, param or kernel", where);
+        return pk_fail(PK_ERR_FORMAT, GJ ": %s.op: must be input, param, kernel, if or loop",
+                       where);
     if (!(node->name = dup_string(L, name, &s))) return s;
     int64_t nout = 1;
     int32_t t_nout = pj_get(&L->d, t, "num_outputs");
@@ -156,6 +180,12 @@ static pk_status parse_node(loader* L, int32_t t, int32_t i) {
         if (nout < 1 || nout > INT32_MAX / 2)
             return pk_fail(PK_ERR_FORMAT, GJ ": %s.num_outputs: %lld is out of range", where,
                            (long long)nout);
+    } else if (node->op >= PK_NODE_IF) {
+        node->flops = node->bytes = -1; /* unknown: its subgraphs' kernels do the work */
+        if (nout < 0 || nout > INT32_MAX / 2)
+            return pk_fail(PK_ERR_FORMAT, GJ ": %s.num_outputs: %lld is out of range", where,
+                           (long long)nout);
+        if (node->op == PK_NODE_LOOP && (s = parse_loop(L, t, i, nout))) return s;
     } else if (nout != 1) {
         return pk_fail(PK_ERR_FORMAT, GJ ": %s.num_outputs: input and param nodes have 1", where);
     }
@@ -214,7 +244,7 @@ static pk_status parse_node_inputs(loader* L, int32_t t, int32_t i) {
     if (s) return s;
     snprintf(where, sizeof where, "nodes[%d].inputs", (int)i);
     node->num_inputs = L->d.toks[in].count;
-    if (node->op != PK_NODE_KERNEL && node->num_inputs != 0)
+    if (node->op < PK_NODE_KERNEL && node->num_inputs != 0)
         return pk_fail(PK_ERR_FORMAT, GJ ": %s: input and param nodes take no inputs", where);
     node->inputs = calloc((size_t)node->num_inputs + 1, sizeof *node->inputs);
     if (!node->inputs) return pk_fail(PK_ERR_NOMEM, GJ ": out of memory");
@@ -390,7 +420,7 @@ static pk_status check_arg_nodes(loader* L) {
     if (s) return s;
     int32_t t = an + 1, k = 0;
     for (int32_t n = 0; n < g->num_nodes; n++) {
-        if (g->nodes[n].op == PK_NODE_KERNEL) continue;
+        if (g->nodes[n].op >= PK_NODE_KERNEL) continue;
         int64_t v = -1;
         if (k < L->d.toks[an].count) pj_int(&L->d, t, &v);
         if (v != n)
@@ -476,7 +506,7 @@ static pk_status check_storage_use(pk_graph* g) {
         int ok = node->op == PK_NODE_INPUT ? st->kind == PK_ST_INPUT
                  : node->op == PK_NODE_PARAM
                      ? st->kind == PK_ST_PARAM && !strcmp(st->param, node->name)
-                     : st->kind == PK_ST_OUTPUT || st->kind == PK_ST_ARENA;
+                     : st->kind == PK_ST_OUTPUT || st->kind == PK_ST_ARENA; /* kernel, if, loop */
         if (!ok)
             s = pk_fail(PK_ERR_FORMAT,
                         GJ ": entry %d (node %d '%s'): storage %d of kind %s does not fit the "
@@ -627,7 +657,7 @@ static const pk_cl_kernel_entry* find_cl_kernel(const char* name) {
 #endif
 
 /* Each kernel node's function, from the table of its device, checked against its signature. */
-static pk_status resolve_kernels(pk_graph* g) {
+static pk_status resolve_kernels(pk_graph* g, int32_t depth) {
     int sorted = 0;
     pk_status s = check_kernel_table(&sorted);
 #ifdef PK_OPENCL
@@ -636,6 +666,10 @@ static pk_status resolve_kernels(pk_graph* g) {
     for (int32_t n = 0; n < g->num_nodes && !s; n++) {
         pk_node* node = &g->nodes[n];
         if (node->op != PK_NODE_KERNEL) continue;
+        if (depth > 0 && node->device != PK_DEV_CPU)
+            return pk_fail(PK_ERR_FORMAT,
+                           GJ ": nodes[%d] '%s': nodes inside a subgraph run on the cpu", (int)n,
+                           node->name);
         const char* signature = NULL;
         if (node->device == PK_DEV_CPU) {
             const pk_kernel_entry* k = find_kernel(node->func, sorted);
@@ -773,6 +807,151 @@ static void plan_memory(pk_graph* g) {
     g->memory_bytes = off;
 }
 
+/* ---- control flow: subgraphs and how they bind to their node ---- */
+
+static pk_status parse_body(loader* L);
+
+static int same_type(const pk_entry* a, const pk_entry* b) {
+    return a->dtype == b->dtype && a->ndim == b->ndim &&
+           !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape);
+}
+
+static int one_of(const pk_entry* en, pk_dtype dtype) {
+    return en->dtype == (int32_t)dtype && en->bytes == pk_dtype_by_code(dtype)->size;
+}
+
+/* "graph.json: nodes[2] 'loop' body: <what>: <a> ..., the node's <b> is ..." */
+static pk_status mismatch(int32_t n, const pk_node* node, const char* sub, const char* what,
+                          const pk_entry* a, const char* other, const pk_entry* b) {
+    char x[160], y[160];
+    describe_entry(a, x, sizeof x);
+    describe_entry(b, y, sizeof y);
+    return pk_fail(PK_ERR_FORMAT, GJ ": nodes[%d] '%s' %s: %s is %s, %s is %s", (int)n, node->name,
+                   sub, what, x, other, y);
+}
+
+/* A subgraph's inputs are the node's inputs (an if: after the condition), by position, of
+ * the same dtype and shape; its outputs (heads) are the node's outputs (a loop: after its
+ * condition, the carried values, also equal to the carried inputs, then one element of
+ * each scan output, which holds max_trips of them). */
+static pk_status check_binding(const pk_graph* g, int32_t n, int32_t k, const char* sub) {
+    const pk_node* node = &g->nodes[n];
+    const pk_graph* b = node->subs[k];
+    int is_if = node->op == PK_NODE_IF;
+    int32_t skip = is_if ? 1 : 0, heads_skip = is_if ? 0 : 1;
+    if (is_if && (node->num_inputs < 1 || !one_of(&g->entries[node->inputs[0]], PK_BOOL)))
+        return pk_fail(PK_ERR_FORMAT,
+                       GJ ": nodes[%d] '%s': the condition (input 0) must be one bool", (int)n,
+                       node->name);
+    if (!is_if && (node->num_inputs < 2 + node->num_carried ||
+                   !one_of(&g->entries[node->inputs[0]], PK_INT64) ||
+                   !one_of(&g->entries[node->inputs[1]], PK_BOOL)))
+        return pk_fail(PK_ERR_FORMAT,
+                       GJ ": nodes[%d] '%s': a loop's inputs are one int64 (trip count), one bool "
+                          "(condition), then its %d carried values",
+                       (int)n, node->name, (int)node->num_carried);
+    if (b->num_inputs != node->num_inputs - skip ||
+        b->num_outputs != node->num_outputs + heads_skip)
+        return pk_fail(PK_ERR_FORMAT,
+                       GJ ": nodes[%d] '%s' %s: has %d inputs and %d outputs, the node binds %d "
+                          "and %d",
+                       (int)n, node->name, sub, (int)b->num_inputs, (int)b->num_outputs,
+                       (int)(node->num_inputs - skip), (int)(node->num_outputs + heads_skip));
+    char what[64];
+    for (int32_t j = 0; j < b->num_inputs; j++) {
+        const pk_entry* in = &b->entries[b->input_entries[j]];
+        const pk_entry* out = &g->entries[node->inputs[j + skip]];
+        snprintf(what, sizeof what, "input %d", (int)j);
+        if (!is_if && j < 2 ? !one_of(in, j ? PK_BOOL : PK_INT64) : !same_type(in, out))
+            return mismatch(n, node, sub, what, in, "the node's input", out);
+    }
+    if (!is_if && !one_of(&b->entries[b->output_entries[0]], PK_BOOL))
+        return pk_fail(PK_ERR_FORMAT,
+                       GJ ": nodes[%d] '%s' %s: output 0 (the condition) must be one bool", (int)n,
+                       node->name, sub);
+    for (int32_t j = 0; j < node->num_outputs; j++) {
+        const pk_entry* head = &b->entries[b->output_entries[j + heads_skip]];
+        const pk_entry* out = &g->entries[g->row_ptr[n] + j];
+        snprintf(what, sizeof what, "output %d", (int)(j + heads_skip));
+        if (is_if || j < node->num_carried) {
+            if (!same_type(head, out))
+                return mismatch(n, node, sub, what, head, "the node's output", out);
+            if (!is_if && !same_type(head, &b->entries[b->input_entries[2 + j]]))
+                return mismatch(n, node, sub, what, head, "its carried input",
+                                &b->entries[b->input_entries[2 + j]]);
+            continue;
+        }
+        /* a scan output: the node's output is max_trips of the head, stacked */
+        if (head->dtype != out->dtype || out->ndim != head->ndim + 1 ||
+            out->shape[0] != node->max_trips ||
+            memcmp(out->shape + 1, head->shape, (size_t)head->ndim * sizeof *head->shape))
+            return mismatch(n, node, sub, what, head, "the node's scan output (max_trips of them)",
+                            out);
+    }
+    return PK_OK;
+}
+
+/* Parses the subgraph object at token t into a new graph; errors inside it are prefixed
+ * with where it sits ("graph.json: nodes[2] 'loop' body: nodes[0]...: ..."). */
+static pk_status parse_sub(loader* L, int32_t t, int32_t n, int32_t k, const char* sub) {
+    pk_node* node = &L->g->nodes[n];
+    if (L->d.toks[t].type != PJ_OBJ)
+        return pk_fail(PK_ERR_FORMAT, GJ ": nodes[%d] '%s' %s: expected an object", (int)n,
+                       node->name, sub);
+    if (!(node->subs[k] = calloc(1, sizeof(pk_graph))))
+        return pk_fail(PK_ERR_NOMEM, GJ ": out of memory");
+    loader C = *L;
+    C.root = t;
+    C.depth = L->depth + 1;
+    C.g = node->subs[k];
+    pk_status s = parse_body(&C);
+    if (s) {
+        char msg[1024];
+        const char* inner = pk_last_error();
+        if (!strncmp(inner, GJ ": ", sizeof GJ + 1)) inner += sizeof GJ + 1;
+        snprintf(msg, sizeof msg, "%s", inner);
+        return pk_fail(s, GJ ": nodes[%d] '%s' %s: %s", (int)n, node->name, sub, msg);
+    }
+    return check_binding(L->g, n, k, sub);
+}
+
+/* The subgraphs of each control-flow node: an if's "branches" (then, else), a loop's "body". */
+static pk_status parse_subgraphs(loader* L) {
+    pk_graph* g = L->g;
+    pk_status s = PK_OK;
+    int32_t t = pj_get(&L->d, L->root, "nodes") + 1;
+    for (int32_t n = 0; n < g->num_nodes && !s; n++, t = L->d.toks[t].next) {
+        pk_node* node = &g->nodes[n];
+        if (node->op < PK_NODE_IF) continue;
+        char where[48], sub[64];
+        snprintf(where, sizeof where, "nodes[%d]", (int)n);
+        if (L->depth >= PK_MAX_SUBGRAPH_DEPTH)
+            return pk_fail(PK_ERR_FORMAT,
+                           GJ ": nodes[%d] '%s': control-flow nodes nested more than %d deep",
+                           (int)n, node->name, PK_MAX_SUBGRAPH_DEPTH);
+        int is_if = node->op == PK_NODE_IF;
+        int32_t first =
+            field(L, t, where, is_if ? "branches" : "body", is_if ? PJ_ARR : PJ_OBJ, &s);
+        if (s) return s;
+        if (is_if) {
+            snprintf(sub, sizeof sub, "%s.branches", where);
+            if ((s = check_len(L, first, 2, sub))) return s;
+            first++;
+        }
+        node->num_subs = is_if ? 2 : 1;
+        if (!(node->subs = calloc((size_t)node->num_subs, sizeof *node->subs)))
+            return pk_fail(PK_ERR_NOMEM, GJ ": out of memory");
+        for (int32_t k = 0; k < node->num_subs && !s; k++, first = L->d.toks[first].next) {
+            if (is_if)
+                snprintf(sub, sizeof sub, "branches[%d]", (int)k);
+            else
+                snprintf(sub, sizeof sub, "body");
+            s = parse_sub(L, first, n, k, sub);
+        }
+    }
+    return s;
+}
+
 static pk_status check_header(loader* L) {
     pk_status s = PK_OK;
     int64_t version = 0;
@@ -802,17 +981,26 @@ static pk_status check_total(const pk_graph* g) {
     return PK_OK;
 }
 
+/* Everything of a graph object after the header: the document's top or a subgraph. */
+static pk_status parse_body(loader* L) {
+    pk_graph* g = L->g;
+    pk_status s;
+    if (!(s = parse_nodes(L)) && !(s = parse_attrs(L)) && !(s = parse_storage(L)) &&
+        !(s = check_arg_nodes(L)) && !(s = parse_io(L)) && !(s = check_names(g)) &&
+        !(s = check_storage_use(g)) && !(s = check_total(g)) && !(s = check_lifetimes(g)) &&
+        !(s = check_sharing(g)) && !(s = resolve_kernels(g, L->depth)) && !(s = parse_subgraphs(L)))
+        plan_memory(g);
+    return s;
+}
+
 pk_status pk_graph_parse(pk_graph* g, const char* json, size_t json_len) {
     loader L;
     L.g = g;
     L.root = 0;
+    L.depth = 0;
     pk_status s = pj_parse(&L.d, json, json_len, GJ);
     if (s) return s;
-    if (!(s = check_header(&L)) && !(s = parse_nodes(&L)) && !(s = parse_attrs(&L)) &&
-        !(s = parse_storage(&L)) && !(s = check_arg_nodes(&L)) && !(s = parse_io(&L)) &&
-        !(s = check_names(g)) && !(s = check_storage_use(g)) && !(s = check_total(g)) &&
-        !(s = check_lifetimes(g)) && !(s = check_sharing(g)) && !(s = resolve_kernels(g)))
-        plan_memory(g);
+    if (!(s = check_header(&L))) s = parse_body(&L);
     pj_free(&L.d);
     return s;
 }

@@ -6,7 +6,10 @@
 #include "pk_backend.h"
 #include "pk_internal.h"
 
-enum { PK_NODE_INPUT, PK_NODE_PARAM, PK_NODE_KERNEL };
+/* PK_NODE_IF and PK_NODE_LOOP are control-flow nodes: they run subgraphs, not a kernel. */
+enum { PK_NODE_INPUT, PK_NODE_PARAM, PK_NODE_KERNEL, PK_NODE_IF, PK_NODE_LOOP };
+#define PK_MAX_SUBGRAPH_DEPTH 16        /* control-flow nodes nested in subgraphs, at most */
+#define PK_MAX_TRIPS ((int64_t)1 << 40) /* the largest max_trips a loop node may declare */
 enum { PK_ST_INPUT, PK_ST_PARAM, PK_ST_OUTPUT, PK_ST_ARENA };
 
 typedef struct {
@@ -32,6 +35,11 @@ typedef struct {
     int32_t (*inplace)[2]; /* [output, input] positions written in place, by output */
     char* ops;             /* fused op names separated by spaces; NULL when not given */
     double flops, bytes;   /* of one call; -1 when not given */
+    /* Control-flow nodes: their subgraphs (an if's then and else branches, a loop's body),
+     * each a graph of its own with its own memory; a loop's carried values and bound. */
+    struct pk_graph** subs;
+    int32_t num_subs, num_carried;
+    int64_t max_trips;
 } pk_node;
 
 typedef struct {
@@ -84,5 +92,7 @@ void pk_graph_free_parts(pk_graph* g);
 int64_t pk_graph_copy_count(const pk_graph* g);
 /* The input position that output `out` of `node` is declared to overwrite, or -1. */
 int32_t pk_node_inplace_input(const pk_node* node, int32_t out);
+/* Runs g's nodes (a subgraph's too); its inputs must have been set. */
+pk_status pk_graph_run_nodes(pk_graph* g, double (*clock_ms)(void), double* node_ms);
 
 #endif

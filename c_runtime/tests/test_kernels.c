@@ -34,13 +34,21 @@ static int32_t k_check4(void* const* args) {
     return a[0] < 0 ? 7 : 0;
 }
 
+/* One bool: whether the first element is below 10 (a loop's data-dependent condition). */
+static int32_t k_less4(void* const* args) {
+    const float* a = args[0];
+    *(unsigned char*)args[1] = a[0] < 10;
+    return 0;
+}
+
 const pk_kernel_entry pk_kernel_table[] = {
     {"k_add4", k_add4, "float32[4] float32[4] float32[4]"},
     {"k_check4", k_check4, "float32[4] float32[4]"},
+    {"k_less4", k_less4, "float32[4] bool[]"},
     {"k_relu4", k_relu4, "float32[4] float32[4]"},
     {0, 0, 0},
 };
-const int32_t pk_kernel_count = 3;
+const int32_t pk_kernel_count = 4;
 
 #ifdef PK_OPENCL /* a runtime with the OpenCL backend also needs the (here empty) OpenCL table */
 const pk_cl_kernel_entry pk_cl_kernel_table[] = {{0, 0, {0, 0, 0}, {0, 0, 0}}};

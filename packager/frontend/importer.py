@@ -23,6 +23,7 @@ from ..errors import PackagerError, UnsupportedOpsError
 from ..graph.ir import Graph, Node, Value
 from ..ops.registry import get_op
 from ..reference import evaluator
+from . import control_flow
 from .context import ConvertContext
 from .converters.registry import get_converter
 
@@ -307,6 +308,80 @@ def _example(dims: list | None) -> str:
     return ",".join(str(d) if isinstance(d, int) else f"D{k}" for k, d in enumerate(dims))
 
 
+def freeze_inputs(model: onnx.ModelProto, texts: dict[str, str], path: str = "model"):
+    """``model`` with each input named in ``texts`` (``--input-value NAME=VALUE`` or
+    ``NAME=FILE.npy``) turned into an initializer holding that value: the input leaves the
+    bundle's inputs and whatever reads only it (an If on it) folds at package time.
+    Returns the new model and name -> array of the values frozen."""
+    if not texts:
+        return model, {}
+    inits = {t.name for t in model.graph.initializer}
+    inputs = {vi.name: vi for vi in model.graph.input if vi.name not in inits}
+    frozen = {}
+    for name, text in texts.items():
+        if name not in inputs:
+            raise PackagerError(
+                f"{path}: --input-value names '{name}', which is not an input "
+                f"(inputs: {', '.join(inputs) or 'none'})"
+            )
+        frozen[name] = _input_value(inputs[name], text, path)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    kept = [vi for vi in out.graph.input if vi.name not in frozen]
+    del out.graph.input[:]
+    out.graph.input.extend(kept)
+    for name, arr in frozen.items():
+        out.graph.initializer.append(numpy_helper.from_array(arr, name))
+    return out, frozen
+
+
+def _input_value(vi: onnx.ValueInfoProto, text: str, path: str) -> np.ndarray:
+    """The value ``text`` gives input ``vi``: its declared dtype exactly, its fixed dims."""
+    what = f"{path}: --input-value {vi.name}"
+    dtype = dtype_of(vi.type.tensor_type.elem_type, f"{path}: input '{vi.name}'")
+    want = np.dtype("bool" if dtype == "bool" else dtype)
+    if text.endswith(".npy"):
+        try:
+            arr = np.load(text, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise PackagerError(f"{what}: cannot read {text}: {e}") from e
+        if arr.dtype != want:
+            raise PackagerError(f"{what}: {text} holds {arr.dtype}, the input is {dtype}")
+    else:
+        arr = _parse_value(text, want, what)
+    dims = input_dims(vi)
+    if dims is not None:
+        if not text.endswith(".npy") and not is_dynamic(dims) and arr.size == math.prod(dims):
+            arr = arr.reshape(dims)  # numbers on the command line fill the declared shape
+        fixed = [(k, d) for k, d in enumerate(dims) if isinstance(d, int)]
+        if arr.ndim != len(dims) or any(arr.shape[k] != d for k, d in fixed):
+            raise PackagerError(
+                f"{what}: the value has shape {list(arr.shape)}, the input is declared "
+                f"{dtype}{dims_text(dims)}"
+            )
+    return np.array(arr, order="C")  # ascontiguousarray would make a scalar 1-d
+
+
+def _parse_value(text: str, want: np.dtype, what: str) -> np.ndarray:
+    words = [w.strip() for w in text.split(",")]
+    try:
+        if want.kind == "b":
+            table = {"0": False, "1": True, "false": False, "true": True}
+            items = [table[w.lower()] for w in words]
+        elif want.kind in "iu":
+            items = [int(w) for w in words]
+        else:
+            items = [float(w) for w in words]
+        arr = np.array(items, dtype=want)
+    except (KeyError, ValueError, OverflowError):
+        raise PackagerError(
+            f"{what}: {text!r} is not a value of the input's dtype {want.name}"
+        ) from None
+    if want.kind in "iu" and any(int(a) != b for a, b in zip(arr, items, strict=True)):
+        raise PackagerError(f"{what}: {text!r} does not fit the input's dtype {want.name}")
+    return arr.reshape(()) if len(items) == 1 else arr
+
+
 def import_onnx(
     path: str,
     input_shapes: dict[str, list[int]] | None = None,
@@ -346,8 +421,17 @@ def import_nodes(onodes, ctx: ConvertContext, nodes: list[Node], max_bytes: int 
     values, path = ctx.values, ctx.model_path
     check_supported(onodes, values, path)
     for onode in onodes:
-        if onode.op_type == "If" and onode.domain in DEFAULT_DOMAINS:
+        flow = onode.op_type if onode.domain in DEFAULT_DOMAINS else ""
+        if flow == "If" and values[onode.input[0]].data is None:
+            control_flow.runtime_if(ctx, onode, nodes, _importer(max_bytes))
+        elif flow == "If":
             inline_if(onode, ctx, nodes, max_bytes)
+        elif flow == "Loop":
+            control_flow.loop(ctx, onode, nodes, _importer(max_bytes))
+        elif flow == "Scan":
+            control_flow.scan_as_loop(
+                ctx, onode, lambda more: import_nodes(more, ctx, nodes, max_bytes)
+            )
         elif is_foldable(onode, values):
             fold(onode, values, ctx.opset, path, max_bytes)
         else:
@@ -358,6 +442,12 @@ def import_nodes(onodes, ctx: ConvertContext, nodes: list[Node], max_bytes: int 
             for node in convert(ctx, onode):
                 infer_node(node, values, path, max_bytes)
                 nodes.append(node)
+
+
+def _importer(max_bytes: int | None) -> control_flow.Importer:
+    return control_flow.Importer(
+        import_nodes, load_initializer, frozenset(KERNEL_DTYPES), max_bytes
+    )
 
 
 def inline_if(onode, ctx: ConvertContext, nodes: list[Node], max_bytes: int | None) -> None:
@@ -372,6 +462,8 @@ def inline_if(onode, ctx: ConvertContext, nodes: list[Node], max_bytes: int | No
     branch = ctx.attr(
         onode, "then_branch" if bool(np.asarray(cond).reshape(-1)[0]) else "else_branch"
     )
+    for t in branch.initializer:  # a branch may hold weights of its own
+        ctx.values[t.name] = load_initializer(t, ctx.model_path, max_bytes)
     import_nodes(branch.node, ctx, nodes, max_bytes)
     outs = [o.name for o in branch.output]
     if len(outs) != len(onode.output):
@@ -400,6 +492,12 @@ RUNTIME_IF = (
 def check_declared_type(vi: onnx.ValueInfoProto, value: Value, path: str) -> None:
     """A graph output's declared element type, when given, must be the computed one: other
     runtimes (the selftest's reference among them) refuse a model where it is not."""
+    kind = vi.type.WhichOneof("value")
+    if kind not in (None, "tensor_type"):
+        raise PackagerError(
+            f"{path}: graph output '{vi.name}' is a {kind.replace('_type', '')}, not a tensor: "
+            "a bundle's outputs are tensors"
+        )
     declared = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
     if declared and ONNX_DTYPES.get(declared) != value.dtype:
         raise PackagerError(
@@ -438,11 +536,11 @@ def check_supported(onodes, values: dict[str, Value], path: str) -> None:
         present = [i for i in node.input if i]
         label = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
         where = node.name or (node.output[0] if node.output else "?")
-        if label == "If":
-            if present and present[0] not in const:
-                missing.setdefault(f"If with a runtime condition ({RUNTIME_IF})", where)
-            else:  # taken as its branch computes them: checked again as they are converted
-                const.update(o for o in node.output if o)
+        if label == "If" and present and present[0] in const:
+            # taken as its branch computes them: checked again as they are converted
+            const.update(o for o in node.output if o)
+            continue
+        if label in CONTROL_FLOW:  # their subgraphs are checked as they are imported
             continue
         folds = node.op_type in SHAPE_ONLY or (
             all(i in const for i in present) and node.op_type not in NEVER_FOLD
@@ -453,7 +551,6 @@ def check_supported(onodes, values: dict[str, Value], path: str) -> None:
         if label in VALUE_SHAPED:
             label += f" {VALUE_SHAPED_NOTE}"
             runtime_args += [i for i in present if i not in const]
-        label += CONTROL_FLOW.get(label, "")
         if node.domain not in DEFAULT_DOMAINS or get_converter(node.op_type) is None:
             missing.setdefault(label, where)
     if missing:
@@ -464,11 +561,8 @@ def check_supported(onodes, values: dict[str, Value], path: str) -> None:
 VALUE_SHAPED_NOTE = "with runtime inputs (its output shape must be known at package time)"
 
 
-# Ops whose body runs a data-dependent number of times: not folded, not converted.
-CONTROL_FLOW = {
-    "Loop": " (runtime control flow: not supported yet)",
-    "Scan": " (runtime control flow: not supported yet)",
-}
+# Ops run by the runtime as control-flow nodes over their subgraphs (frontend/control_flow.py).
+CONTROL_FLOW = ("If", "Loop", "Scan")
 
 
 def fold(

@@ -11,6 +11,7 @@ from .converters.registry import get_converter
 from .importer import (
     DEFAULT_DOMAINS,
     SHAPE_ONLY,
+    freeze_inputs,
     graph_input_shapes,
     input_dims,
     load_model,
@@ -29,8 +30,13 @@ def _elem(vi: onnx.ValueInfoProto) -> str:
     return type_name(vi.type.tensor_type.elem_type).lower()
 
 
-def inspect_model(path: str, input_shapes: dict | None = None) -> dict:
-    model = load_model(path)
+RUNTIME_FLOW = "runtime control flow (its subgraphs run on the CPU)"
+
+
+def inspect_model(
+    path: str, input_shapes: dict | None = None, input_values: dict | None = None
+) -> dict:
+    model, _ = freeze_inputs(load_model(path), input_values or {}, path)
     warn_new_opset(model, path)
     try:
         fixed = graph_input_shapes(model, input_shapes, path)
@@ -46,8 +52,10 @@ def inspect_model(path: str, input_shapes: dict | None = None) -> dict:
         present = [i for i in node.input if i]
         if op == "If":  # its taken branch replaces it when the condition is known now
             known = bool(present) and present[0] in consts
-            if status.get(op) != "UNSUPPORTED":
-                status[op] = "branch inlined at package time" if known else "UNSUPPORTED"
+            if status.get(op) != RUNTIME_FLOW:
+                status[op] = "branch inlined at package time" if known else RUNTIME_FLOW
+        elif op in ("Loop", "Scan"):
+            status[op] = RUNTIME_FLOW
         elif node.op_type in SHAPE_ONLY or all(i in consts for i in present):
             consts.update(node.output)
             status.setdefault(op, "folded at package time")

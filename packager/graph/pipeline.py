@@ -65,4 +65,7 @@ def optimize(graph: Graph, ctx: PassContext) -> Graph:
     for name, run in PASSES:
         if name not in ctx.disabled:
             graph = run(graph, ctx)
+    for node in graph.nodes:  # a control-flow node's subgraphs, each like a graph of its own
+        if "subgraphs" in node.attrs:
+            node.attrs["subgraphs"] = [optimize(g, ctx) for g in node.attrs["subgraphs"]]
     return graph

@@ -82,7 +82,7 @@ def _ticks(top: int, n: int = 6) -> list[int]:
     raw = top / n
     mag = 10 ** int(np.floor(np.log10(raw)))
     step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
-    return list(range(0, top + 1, int(step)))
+    return list(range(0, top + 1, max(1, int(step))))  # whole ticks for a small top
 
 
 def _unit(arena: int) -> tuple[str, int]:

@@ -47,7 +47,8 @@ def kernel_rows(graph: Graph, funcs: list[str]) -> list[list[str]]:
     for step, (node, func) in enumerate(zip(graph.nodes, funcs, strict=True)):
         ins = [_shape(graph, i) for i in node.inputs if not graph.values[i].is_const]
         outs = [_shape(graph, o) for o in node.outputs]
-        rows.append([str(step), func, "+".join(group_ops(node)), ", ".join(ins), ", ".join(outs)])
+        name = func or f"({node.op}: subgraphs)"  # a control-flow node calls no kernel
+        rows.append([str(step), name, "+".join(group_ops(node)), ", ".join(ins), ", ".join(outs)])
     return rows
 
 
@@ -128,7 +129,9 @@ def placement_lines(funcs: list[str], placement: dict) -> list[str]:
     for func in dict.fromkeys(funcs):
         device, why = placement[func]
         if device == "cpu":
-            out.append(f"  {func} runs on the CPU: {why or 'no GPU schedule'}")
+            out.append(
+                f"  {func or 'a control-flow node'} runs on the CPU: {why or 'no GPU schedule'}"
+            )
     return out
 
 

@@ -42,7 +42,37 @@ def conv(ctx, node):
     attrs = window_attrs(ctx, node, x.shape[2:], kernel)
     if group == 1 and (framed := conv_as_frames(ctx, node, attrs)):
         return framed
+    if len(x.shape) == 3 and w.is_const:
+        return _conv1d_as_2d(ctx, node, x, w, group, attrs)
     return [ctx.node("conv", node, _inputs(node), groups=group, **attrs)]
+
+
+def _conv1d_as_2d(ctx, node, x, w, group: int, attrs: dict) -> list:
+    """A 1-D conv as a 2-D one of height 1 (the same sums in the same order), so that it
+    takes the 2-D conv's blocked layout and vectorized schedules instead of the generic
+    N-d loop: [N, C, L] -> [N, C, 1, L] -> conv [O, I, 1, K] -> [N, O, L']."""
+    x2 = ctx.fresh(f"{node.input[0]}/2d")
+    w2 = ctx.add_const(w.data.reshape(w.shape[0], w.shape[1], 1, w.shape[2]), f"{node.input[1]}/2d")
+    y2 = ctx.fresh(f"{node.output[0]}/2d")
+    (s,), (d,), (p0, p1) = attrs["strides"], attrs["dilations"], attrs["pads"]
+    out_len = (x.shape[2] + p0 + p1 - (w.shape[2] - 1) * d - 1) // s + 1
+    ins = [x2, w2, *_inputs(node)[2:]]
+    return [
+        ctx.node(
+            "reshape", node, [node.input[0]], outputs=[x2], shape=[*x.shape[:2], 1, x.shape[2]]
+        ),
+        ctx.node(
+            "conv",
+            node,
+            ins,
+            outputs=[y2],
+            groups=group,
+            strides=[1, s],
+            dilations=[1, d],
+            pads=[0, p0, 0, p1],
+        ),
+        ctx.node("reshape", node, [y2], shape=[x.shape[0], w.shape[0], out_len]),
+    ]
 
 
 @converter("ConvTranspose")

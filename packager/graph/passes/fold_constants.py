@@ -19,7 +19,8 @@ from ...ops.registry import get_op
 from ...te.evaluator import evaluate, grid_elements
 from ..ir import Graph, Node, Value, np_dtype
 
-MAX_GRID = 1 << 24  # elements per array the interpreter may build for one compute
+MAX_GRID = 1 << 24
+NOT_FOLDED = ("fused", "if", "loop")  # elements per array the interpreter may build for one compute
 
 
 def fold_constants(graph: Graph, ctx=None) -> Graph:
@@ -37,7 +38,8 @@ def fold_constants(graph: Graph, ctx=None) -> Graph:
 
 
 def _all_const(node: Node, values: dict[str, Value]) -> bool:
-    return node.op != "fused" and all(values[i].is_const for i in node.inputs)
+    # a control-flow node's subgraphs may read more than its inputs: never folded here
+    return node.op not in NOT_FOLDED and all(values[i].is_const for i in node.inputs)
 
 
 def _evaluate(node: Node, values: dict[str, Value]) -> list[np.ndarray] | None:
