@@ -44,7 +44,10 @@ def test_invalid_configs_do_not_count_as_trials(conv_onnx, tmp_path):
     for tuner in ("random", "xgb", "ga"):
         log = TuningLog(tmp_path / f"{tuner}.jsonl")
         stub = _Stub(board)
-        res = tune_task(task, stub, log, Options(trials=20, batch=8, tuner=tuner))
+        # errors allowed beyond the trials: a third of the configs fail here, and a wide
+        # vector target's space refuses more tiles on top
+        opts = Options(trials=20, batch=8, tuner=tuner, max_errors=200)
+        res = tune_task(task, stub, log, opts)
         recs = log.records()
         good = [r for r in recs if np.isfinite(cost(r))]
         bad = [r for r in recs if not np.isfinite(cost(r))]
