@@ -89,19 +89,31 @@ class NetBuilder:
         return self.op("Softmax", [y], axis=1)
 
     def model(self, x: str, shape, y: str, name: str, classes: int) -> onnx.ModelProto:
+        return self.finish(name, {x: list(shape)}, {y: [shape[0], classes]})
+
+    def finish(
+        self, name: str, inputs: dict, outputs: dict, opset=None, ir_version=8, dtypes=None
+    ) -> onnx.ModelProto:
+        """The checked model of what was built: ``inputs``/``outputs`` map a name to its
+        shape; float32 unless ``dtypes`` names another element type for it."""
+
+        def info(name, shape):
+            dtype = (dtypes or {}).get(name, TensorProto.FLOAT)
+            return helper.make_tensor_value_info(name, dtype, list(shape))
+
         graph = helper.make_graph(
             self.nodes,
             name,
-            [helper.make_tensor_value_info(x, TensorProto.FLOAT, list(shape))],
-            [helper.make_tensor_value_info(y, TensorProto.FLOAT, [shape[0], classes])],
+            [info(n, s) for n, s in inputs.items()],
+            [info(n, s) for n, s in outputs.items()],
             self.inits,
         )
         model = helper.make_model(
             graph,
-            opset_imports=[helper.make_opsetid("", self.opset)],
+            opset_imports=[helper.make_opsetid("", opset or self.opset)],
             producer_name="packager-examples",
         )
-        model.ir_version = 8
+        model.ir_version = ir_version
         onnx.checker.check_model(model)
         return model
 
@@ -246,22 +258,9 @@ def transformer_encoder(
         x = _layer_norm(b, b.op("Add", [x, a]), d, fused=layer > 0)
         h = b.op("Gelu", [_dense(b, x, d, ffn)])
         x = _layer_norm(b, b.op("Add", [x, _dense(b, h, ffn, d)]), d, fused=layer > 0)
-    graph = helper.make_graph(
-        b.nodes,
-        "transformer_encoder",
-        [
-            helper.make_tensor_value_info("ids", TensorProto.INT64, [1, tokens]),
-            helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, tokens]),
-        ],
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, tokens, d])],
-        b.inits,
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 20)], producer_name="packager-examples"
-    )
-    model.ir_version = 9
-    onnx.checker.check_model(model)
-    return model
+    inputs, ids = {"ids": [1, tokens], "mask": [1, tokens]}, {"ids": TensorProto.INT64}
+    outputs = {x: [1, tokens, d]}
+    return b.finish("transformer_encoder", inputs, outputs, opset=20, ir_version=9, dtypes=ids)
 
 
 def transformer_feeds(model: onnx.ModelProto, seed: int = 0, vocab: int = 1000) -> dict:
@@ -298,19 +297,8 @@ def lstm_lm(
         y = b.op("LSTM", [x, w, r, bias], hidden_size=hidden)
         x = b.op("Squeeze", [y, b.param_int([1], "axis")])
     logits = b.op("MatMul", [x, b.weight((hidden, vocab), "proj")]) if vocab else x
-    graph = helper.make_graph(
-        b.nodes,
-        "lstm_lm",
-        [helper.make_tensor_value_info("emb", TensorProto.FLOAT, [steps, batch, hidden])],
-        [helper.make_tensor_value_info(logits, TensorProto.FLOAT, [steps, batch, vocab or hidden])],
-        b.inits,
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", b.opset)], producer_name="packager-examples"
-    )
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    out = [steps, batch, vocab or hidden]
+    return b.finish("lstm_lm", {"emb": [steps, batch, hidden]}, {logits: out})
 
 
 def _mel_filterbank(n_fft: int, mels: int, rate: int) -> np.ndarray:
@@ -330,19 +318,7 @@ def _hann(n: int) -> np.ndarray:
 
 
 def _finish_mel(b: NetBuilder, power: str, name: str, samples: int, frames: int, mels: int):
-    graph = helper.make_graph(
-        b.nodes,
-        name,
-        [helper.make_tensor_value_info("audio", TensorProto.FLOAT, [1, samples])],
-        [helper.make_tensor_value_info(power, TensorProto.FLOAT, [1, frames, mels])],
-        b.inits,
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", b.opset)], producer_name="packager-examples"
-    )
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return b.finish(name, {"audio": [1, samples]}, {power: [1, frames, mels]})
 
 
 def mel_conv(

@@ -14,23 +14,10 @@ from __future__ import annotations
 
 import onnx
 from networks import NetBuilder
-from onnx import TensorProto, helper
 
 
 def _finish(b: NetBuilder, x: str, shape, y: str, out_shape, name: str) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        b.nodes,
-        name,
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, list(shape))],
-        [helper.make_tensor_value_info(y, TensorProto.FLOAT, list(out_shape))],
-        b.inits,
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", b.opset)], producer_name="packager-examples"
-    )
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return b.finish(name, {x: shape}, {y: out_shape})
 
 
 def _hswish(b: NetBuilder, x: str) -> str:
