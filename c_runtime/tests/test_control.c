@@ -67,12 +67,6 @@ static char loop_json[sizeof loop_src];
 static const float w_data[4] = {0.5f, 0.5f, -10.0f, 0.5f};
 static const float x_data[4] = {1, -2, 3, -4};
 
-static void quote(const char* src, char* dst) {
-    for (; *src; src++, dst++)
-        *dst = *src == '\'' ? '"' : *src;
-    *dst = 0;
-}
-
 /* params.bin with one tensor: "w", float32, [4], data at 64. */
 #define PARAMS_LEN 80
 static unsigned char params_buf[PARAMS_LEN + 64];

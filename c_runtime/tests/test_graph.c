@@ -56,12 +56,6 @@ static const float x_data[4] = {1, -2, 3, -4};
 static const float y_want[4] = {2, 0.5f, 0, 0.5f};
 static const float z_want[4] = {2, 0.5f, -10, 0.5f};
 
-static void quote(const char* src, char* dst) {
-    for (; *src; src++, dst++)
-        *dst = *src == '\'' ? '"' : *src;
-    *dst = 0;
-}
-
 /* params.bin with one tensor: "w", float32, [4], data at 64. */
 #define PARAMS_LEN 80
 static unsigned char params[PARAMS_LEN];

@@ -49,4 +49,12 @@ static inline int test_report(const char* name) {
         printf("%s: all passed\n", name);
     return test_failures != 0;
 }
+
+/* JSON written with ' for readability, turned into " (dst at least as long as src). */
+static inline void quote(const char* src, char* dst) {
+    for (; *src; src++, dst++)
+        *dst = *src == '\'' ? '"' : *src;
+    *dst = 0;
+}
+
 #endif
