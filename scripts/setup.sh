@@ -32,10 +32,10 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+stamp=.venv/.installed-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   echo "setup: installing Python dependencies into .venv (log: .venv/install.log)"
-  if ! { .venv/bin/pip install --upgrade pip && .venv/bin/pip install -e ".[test,report]"; } \
+  if ! { .venv/bin/pip install --upgrade pip && .venv/bin/pip install -e ".[test,report,bench]"; } \
       > .venv/install.log 2>&1; then
     tail -n 40 .venv/install.log >&2
     exit 1

@@ -325,7 +325,7 @@ def test_cli_refuses_a_quantized_model_as_input(cli, tmp_path, tiny_file):
 
 @pytest.mark.slow
 def test_digits_int8_top1_within_one_point_of_fp32():
-    pytest.importorskip("sklearn")
+    # scikit-learn ships the digits (the bench extra; scripts/setup.sh installs it)
     sys.path.insert(0, str(ROOT / "bench"))
     import quantize_accuracy as bench
 
