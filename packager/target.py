@@ -9,7 +9,8 @@ what its fields mean):
   cores, big_cores, l1d_bytes, l2_bytes, l3_bytes.
 - ``opencl``, ``OpenCLTarget``: device, compute_units, max_work_group_size,
   max_work_item_sizes, local_memory_bytes, preferred_vector_width, fp16, version.
-- ``accel``, ``AccelTarget``: none yet; asking a board for one is refused.
+- ``accel``, ``AccelTarget``: driver, batch, block_in, block_out, the four buffers'
+  bytes, clock_mhz, dma_bytes_per_cycle, dma_latency_cycles (docs/accel.md).
 
 A board always has its cpu target; it has an opencl one when its profile has an
 ``opencl`` section (``targets_of``).
@@ -173,14 +174,87 @@ class OpenCLTarget(Target):
 
 @dataclass(frozen=True, kw_only=True)
 class AccelTarget(Target):
-    """The FPGA accelerator family: a placeholder until its profile section and lowering
-    exist (its GEMM shape, buffer sizes, clock and DMA bandwidth will be fields here)."""
+    """The board's FPGA accelerator (docs/accel.md), as its profile's ``accel`` section
+    describes it: a GEMM core of batch x block_in x block_out int8 -> int32, on-chip
+    buffers (bytes), the clock and DMA figures of the cycle model, and the driver the
+    runtime uses (``sim``, the behavioural simulator, or ``uio``, the board's)."""
 
     family: ClassVar[str] = "accel"
+    driver: str = "sim"
+    batch: int = 1
+    block_in: int = 16
+    block_out: int = 16
+    uop_buffer_bytes: int = 32 * KIB
+    inp_buffer_bytes: int = 32 * KIB
+    wgt_buffer_bytes: int = 256 * KIB
+    acc_buffer_bytes: int = 128 * KIB
+    clock_mhz: float = 100.0
+    dma_bytes_per_cycle: float = 8.0
+    dma_latency_cycles: int = 64
 
     @classmethod
     def of(cls, board: Board) -> AccelTarget:
         raise PackagerError(f"board {board.name!r}: accel targets are not supported yet")
+
+    def fingerprint(self) -> dict:
+        return {
+            "family": self.family,
+            "gemm": [self.batch, self.block_in, self.block_out],
+            "buffers": [
+                self.uop_buffer_bytes,
+                self.inp_buffer_bytes,
+                self.wgt_buffer_bytes,
+                self.acc_buffer_bytes,
+            ],
+            "clock_mhz": self.clock_mhz,
+            "dma": [self.dma_bytes_per_cycle, self.dma_latency_cycles],
+        }
+
+    # tile bytes of each buffer, and its depth in tiles
+    @property
+    def inp_tile_bytes(self) -> int:
+        return self.batch * self.block_in
+
+    @property
+    def wgt_tile_bytes(self) -> int:
+        return self.block_out * self.block_in
+
+    @property
+    def acc_tile_bytes(self) -> int:
+        return self.batch * self.block_out * 4
+
+    @property
+    def uop_depth(self) -> int:
+        return self.uop_buffer_bytes // 4
+
+    @property
+    def inp_depth(self) -> int:
+        return self.inp_buffer_bytes // self.inp_tile_bytes
+
+    @property
+    def wgt_depth(self) -> int:
+        return self.wgt_buffer_bytes // self.wgt_tile_bytes
+
+    @property
+    def acc_depth(self) -> int:
+        return self.acc_buffer_bytes // self.acc_tile_bytes
+
+    def config(self):
+        """The program file's config block (packager/accel/program.py)."""
+        from .accel.program import AccelConfig
+
+        return AccelConfig(
+            batch=self.batch,
+            block_in=self.block_in,
+            block_out=self.block_out,
+            uop_depth=self.uop_depth,
+            inp_depth=self.inp_depth,
+            wgt_depth=self.wgt_depth,
+            acc_depth=self.acc_depth,
+            dma_latency_cycles=self.dma_latency_cycles,
+            clock_mhz=self.clock_mhz,
+            dma_bytes_per_cycle=self.dma_bytes_per_cycle,
+        )
 
 
 FAMILIES: dict[str, type[Target]] = {t.family: t for t in (CpuTarget, OpenCLTarget, AccelTarget)}
