@@ -33,22 +33,17 @@ from __future__ import annotations
 from .. import te
 from ._window import out_len, reduce_axes, split_pads, window_index
 from .pad import pad_tensor
+from .quantized import requantize_mulhi
 from .registry import register_op
 
-I32, I64 = "int32", "int64"
+I32 = "int32"
 BIAS, MULT, ROUND, SHIFT, LO, HI = range(6)
 
 
 def epilogue(acc, p, ob, oi, y_zp: int):
-    """int8 output of int32 accumulator ``acc`` of channel (ob, oi), parameters ``p``."""
-
-    def prm(row):
-        return p[(ob, row, oi)]
-
-    a = acc + prm(BIAS)
-    hi = te.cast(I32, te.binary(">>", te.cast(I64, a) * te.cast(I64, prm(MULT)), te.const(32, I64)))
-    q = te.binary(">>", hi + prm(ROUND), prm(SHIFT)) + te.const(int(y_zp), I32)
-    return te.cast("int8", te.min_(te.max_(q, prm(LO)), prm(HI)))
+    """int8 output of int32 accumulator ``acc`` of channel (ob, oi), parameters ``p``
+    (the CPU's int32 epilogue, packager/ops/quantized.py's requantize_mulhi)."""
+    return te.cast("int8", requantize_mulhi(acc, lambda row: p[(ob, row, oi)], y_zp))
 
 
 @register_op("accel_conv2d", "out_elemwise_fusable")

@@ -16,6 +16,10 @@ saturating pair sum) and end in a requantize epilogue read from one int64 table
   rq[5] residual multiplier  rq[6] bias (already minus x_zp * sum(w))
   rq[7] / rq[8]     with ``rq32``: the output's bounds after the shift (zero point added)
 
+With ``rq32 == "mulhi"`` the table is int32 (6, channels) instead: bias, mult,
+round = 2^(shift - 33), shift - 32, lo, hi, and the epilogue (requantize_mulhi) runs in
+int32 lanes but for one widening multiply.
+
   p = clamp((acc + bias) * mult, lo, hi) [+ (r - r_zp) * res_mult]
   y = saturate(((p + round) >> shift) + y_zp)
 
@@ -151,6 +155,9 @@ def _requantize(acc, rq, m, attrs, residual=None, wide=False):
         y = _requantize(acc, rq, m, {k: v for k, v in attrs.items() if k != "add_shift"})
         return _qadd(te.cast(I64, y), te.cast(I64, residual), attrs, "add_")
     out = attrs["out_dtype"]
+    if attrs.get("rq32") == "mulhi" and residual is None:
+        y = requantize_mulhi(te.cast(I32, acc), lambda row: rq[(row, m)], int(attrs["y_zp"]))
+        return y if wide else te.cast(out, y)
     if attrs.get("rq32") and residual is None:
         y = _requantize32(acc, rq, m, int(attrs["y_zp"]))
         return y if wide else te.cast(out, y)
@@ -177,6 +184,17 @@ def _requantize32(acc, rq, m, y_zp: int):
     v = te.cast(I64, te.cast(I32, acc) + i32(6)) * te.cast(I64, i32(0))
     y = te.cast(I32, te.binary(">>", v + rq[(2, m)], rq[(1, m)])) + te.const(y_zp, I32)
     return te.min_(te.max_(y, i32(7)), i32(8))
+
+
+def requantize_mulhi(acc, prm, y_zp: int):
+    """The int32 epilogue of an ``rq32 == "mulhi"`` table, rows of ``prm(row)`` (bias,
+    mult, round, shift, lo, hi: graph/passes/quantize.py's mulhi_table, and the
+    accelerator's layout): min(max(((mulhi(acc + bias, mult) + round) >> shift) + y_zp,
+    lo), hi), mulhi(a, b) = (int64(a) * int64(b)) >> 32. Only the multiply is wide."""
+    a = acc + prm(0)
+    hi = te.cast(I32, te.binary(">>", te.cast(I64, a) * te.cast(I64, prm(1)), te.const(32, I64)))
+    q = te.binary(">>", hi + prm(2), prm(3)) + te.const(int(y_zp), I32)
+    return te.min_(te.max_(q, prm(4)), prm(5))
 
 
 ADD_KEYS = ("a_zp", "b_zp", "a_mult", "b_mult", "shift", "lo", "hi", "y_zp", "out_dtype")

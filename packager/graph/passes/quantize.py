@@ -303,7 +303,9 @@ class _Matcher:
         out = q.attrs["dtype"]
         if not narrow_epilogue(rq, wabs, self.values[x[0]].dtype, residual):
             return rq, False
-        return narrow_bounds(rq, int(yq[1]), out), True
+        rq = narrow_bounds(rq, int(yq[1]), out)
+        table = mulhi_table(rq, len(wabs))
+        return (rq, True) if table is None else (table, "mulhi")
 
     def integer_node(self, op, q, x, packed, rq, yq, residual, attrs) -> Node:
         w_name = add_const(self.values, packed, f"{q.outputs[0]}_w_int8")
@@ -346,6 +348,23 @@ def narrow_bounds(rq: np.ndarray, y_zp: int, out: str) -> np.ndarray:
         a, b = ((v + rnd) >> shift for v in (lo, hi))
         rows[:, c] = [min(max(t + y_zp, q0), q1) for t in (a, b)]
     return np.concatenate([rq, rows])
+
+
+def mulhi_table(rq: np.ndarray, n: int) -> np.ndarray | None:
+    """The int32 epilogue table of an ``rq32`` epilogue whose real channels (the first
+    ``n``) all shift by 33 or more, else None: rows bias, mult, round = 2^(s - 33),
+    shift = s - 32, lo, hi (packager/ops/accel_ops.py's layout). Then
+    ((acc + bias) * m + 2^(s-1)) >> s is ((mulhi(acc + bias, m) + round) >> shift) in
+    int32 lanes: 2^(s-1) is a multiple of 2^32, so adding it commutes with the floor
+    division by 2^32 that mulhi ends in. Padded channels get 0s: their output is the
+    zero point clamped, discarded."""
+    shift = rq[1, :n]
+    if n == 0 or shift.min() < 33:
+        return None
+    table = np.zeros((6, rq.shape[1]), np.int32)
+    table[:, :n] = [rq[6, :n], rq[0, :n], 1 << (shift - 33), shift - 32, rq[7, :n], rq[8, :n]]
+    table[4, n:], table[5, n:] = rq[7, n:], rq[8, n:]
+    return table
 
 
 def add_attrs(a, b, yq, act: Node | None, dtype: str) -> dict | None:
