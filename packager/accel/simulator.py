@@ -137,7 +137,7 @@ def c_decode(raw: bytes) -> list[tuple[str, int]]:
 
 
 def _by(names, values) -> dict[str, int]:
-    return {n: int(v) for n, v in zip(names, values)}
+    return {n: int(v) for n, v in zip(names, values, strict=True)}
 
 
 class Simulator:
