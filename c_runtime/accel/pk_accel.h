@@ -81,6 +81,7 @@ int pk_accel_invalidate(pk_accel* dev, const pk_accel_buf* buf, size_t offset, s
 int pk_accel_run(pk_accel* dev, const pk_accel_buf* insns, uint32_t count, uint32_t timeout_ms,
                  pk_accel_counters* counters);
 
+/* Why the last call on `dev` failed; with NULL, why the last pk_accel_open failed. */
 const char* pk_accel_last_error(const pk_accel* dev);
 
 #endif

@@ -63,22 +63,29 @@ typedef struct {
 } pk_accel_field;
 
 #define PK_ACCEL_F(name, bits, sgn) {#name, bits, sgn, offsetof(pk_accel_insn, name)}
-#define PK_ACCEL_HEAD                                                                  \
-    PK_ACCEL_F(opcode, 3, 0), PK_ACCEL_F(pop_prev, 1, 0), PK_ACCEL_F(pop_next, 1, 0), \
+#define PK_ACCEL_HEAD                                                                              \
+    PK_ACCEL_F(opcode, 3, 0), PK_ACCEL_F(pop_prev, 1, 0), PK_ACCEL_F(pop_next, 1, 0),              \
         PK_ACCEL_F(push_prev, 1, 0), PK_ACCEL_F(push_next, 1, 0)
-#define PK_ACCEL_LOOP                                                                    \
-    PK_ACCEL_HEAD, PK_ACCEL_F(reset, 1, 0), PK_ACCEL_F(uop_bgn, 13, 0),                  \
-        PK_ACCEL_F(uop_end, 14, 0), PK_ACCEL_F(iter_out, 14, 0), PK_ACCEL_F(iter_in, 14, 0), \
-        PK_ACCEL_F(dst_factor_out, 11, 0), PK_ACCEL_F(dst_factor_in, 11, 0),             \
+#define PK_ACCEL_LOOP                                                                              \
+    PK_ACCEL_HEAD, PK_ACCEL_F(reset, 1, 0), PK_ACCEL_F(uop_bgn, 13, 0),                            \
+        PK_ACCEL_F(uop_end, 14, 0), PK_ACCEL_F(iter_out, 14, 0), PK_ACCEL_F(iter_in, 14, 0),       \
+        PK_ACCEL_F(dst_factor_out, 11, 0), PK_ACCEL_F(dst_factor_in, 11, 0),                       \
         PK_ACCEL_F(src_factor_out, 11, 0), PK_ACCEL_F(src_factor_in, 11, 0)
 
 /* The fields of opcode `op` in bit order (NULL for an unknown opcode). */
 static inline const pk_accel_field* pk_accel_layout(int64_t op, int* n) {
-    static const pk_accel_field memory[] = {
-        PK_ACCEL_HEAD,           PK_ACCEL_F(buffer, 3, 0),   PK_ACCEL_F(sram_base, 13, 0),
-        PK_ACCEL_F(dram_base, 32, 0), PK_ACCEL_F(y_size, 16, 0), PK_ACCEL_F(x_size, 16, 0),
-        PK_ACCEL_F(x_stride, 16, 0), PK_ACCEL_F(y_pad_0, 4, 0), PK_ACCEL_F(y_pad_1, 4, 0),
-        PK_ACCEL_F(x_pad_0, 4, 0),   PK_ACCEL_F(x_pad_1, 4, 0), PK_ACCEL_F(pad_value, 8, 1)};
+    static const pk_accel_field memory[] = {PK_ACCEL_HEAD,
+                                            PK_ACCEL_F(buffer, 3, 0),
+                                            PK_ACCEL_F(sram_base, 13, 0),
+                                            PK_ACCEL_F(dram_base, 32, 0),
+                                            PK_ACCEL_F(y_size, 16, 0),
+                                            PK_ACCEL_F(x_size, 16, 0),
+                                            PK_ACCEL_F(x_stride, 16, 0),
+                                            PK_ACCEL_F(y_pad_0, 4, 0),
+                                            PK_ACCEL_F(y_pad_1, 4, 0),
+                                            PK_ACCEL_F(x_pad_0, 4, 0),
+                                            PK_ACCEL_F(x_pad_1, 4, 0),
+                                            PK_ACCEL_F(pad_value, 8, 1)};
     static const pk_accel_field gemm[] = {PK_ACCEL_LOOP, PK_ACCEL_F(wgt_factor_out, 10, 0),
                                           PK_ACCEL_F(wgt_factor_in, 10, 0)};
     static const pk_accel_field alu[] = {PK_ACCEL_LOOP, PK_ACCEL_F(alu_op, 3, 0),
@@ -142,11 +149,13 @@ static inline int pk_accel_decode(const uint8_t* raw, pk_accel_insn* out, char* 
     const pk_accel_field* fields = pk_accel_layout(op, &n);
     *out = (pk_accel_insn){0};
     if (!fields) {
+        out->opcode = op;
         snprintf(msg, len, "field opcode=%d: not an opcode", (int)op);
         return PK_ACCEL_ERR_INSN;
     }
     for (int k = 0; k < n; k++) {
-        *(int64_t*)(void*)((char*)out + fields[k].offset) = pk_accel_field_value(raw, pos, &fields[k]);
+        *(int64_t*)(void*)((char*)out + fields[k].offset) =
+            pk_accel_field_value(raw, pos, &fields[k]);
         pos += fields[k].bits;
     }
     for (unsigned at = pos; at < 8 * PK_ACCEL_INSN_BYTES; at++) {
@@ -206,14 +215,16 @@ static inline int pk_accel_check_flags(const pk_accel_insn* in, char* msg, size_
 
 static inline int pk_accel_check_memory(const pk_accel_insn* in, const pk_accel_config* cfg,
                                         char* msg, size_t len) {
-    if (in->buffer >= PK_ACCEL_BUFS) return PK_ACCEL_BAD("field buffer=%d: not a buffer", (int)in->buffer);
+    if (in->buffer >= PK_ACCEL_BUFS)
+        return PK_ACCEL_BAD("field buffer=%d: not a buffer", (int)in->buffer);
     if (in->opcode == PK_ACCEL_OP_STORE) {
         const char* names[5] = {"y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1", "pad_value"};
         const int64_t vals[5] = {in->y_pad_0, in->y_pad_1, in->x_pad_0, in->x_pad_1, in->pad_value};
         if (in->buffer != PK_ACCEL_BUF_ACC)
             return PK_ACCEL_BAD("field buffer=%d: STORE writes back only acc (3)", (int)in->buffer);
         for (int k = 0; k < 5; k++)
-            if (vals[k]) return PK_ACCEL_BAD("field %s=%d: STORE has no padding", names[k], (int)vals[k]);
+            if (vals[k])
+                return PK_ACCEL_BAD("field %s=%d: STORE has no padding", names[k], (int)vals[k]);
     }
     uint64_t rows = (uint64_t)(in->y_pad_0 + in->y_size + in->y_pad_1);
     uint64_t cols = (uint64_t)(in->x_pad_0 + in->x_size + in->x_pad_1);

@@ -86,7 +86,9 @@ static int32_t to_i32(uint32_t u) {
     return u <= (uint32_t)INT32_MAX ? (int32_t)u : (int32_t)(u - 0x80000000u) - INT32_MAX - 1;
 }
 
-static int64_t shr64(int64_t a, unsigned s) { return a >= 0 ? a >> s : ~((~a) >> s); }
+static int64_t shr64(int64_t a, unsigned s) {
+    return a >= 0 ? a >> s : ~((~a) >> s);
+}
 
 static int32_t alu_shr(int32_t a, int32_t b) {
     int64_t s = b < 0 ? -(int64_t)b : b;
@@ -97,12 +99,18 @@ static int32_t alu_shr(int32_t a, int32_t b) {
 
 static int32_t alu_apply(int64_t op, int32_t a, int32_t b) {
     switch (op) {
-    case PK_ACCEL_ALU_MIN: return a < b ? a : b;
-    case PK_ACCEL_ALU_MAX: return a > b ? a : b;
-    case PK_ACCEL_ALU_ADD: return to_i32((uint32_t)a + (uint32_t)b);
-    case PK_ACCEL_ALU_SHR: return alu_shr(a, b);
-    case PK_ACCEL_ALU_MUL: return to_i32((uint32_t)a * (uint32_t)b);
-    default: return (int32_t)shr64((int64_t)a * b, 32); /* MULHI */
+    case PK_ACCEL_ALU_MIN:
+        return a < b ? a : b;
+    case PK_ACCEL_ALU_MAX:
+        return a > b ? a : b;
+    case PK_ACCEL_ALU_ADD:
+        return to_i32((uint32_t)a + (uint32_t)b);
+    case PK_ACCEL_ALU_SHR:
+        return alu_shr(a, b);
+    case PK_ACCEL_ALU_MUL:
+        return to_i32((uint32_t)a * (uint32_t)b);
+    default:
+        return (int32_t)shr64((int64_t)a * b, 32); /* MULHI */
     }
 }
 
@@ -128,10 +136,19 @@ static int config_ok(const pk_accel_config* c) {
            c->clock_mhz < 1e9;
 }
 
+/* Why the last pk_accel_open failed (there is no device to hold it). */
+static char open_error[128];
+
 int pk_accel_open(const pk_accel_config* cfg, const char* driver_arg, pk_accel** out) {
     (void)driver_arg;
     *out = NULL;
-    if (!cfg || !config_ok(cfg)) return PK_ACCEL_ERR_ARG;
+    if (!cfg || !config_ok(cfg)) {
+        snprintf(open_error, sizeof open_error,
+                 "bad accelerator configuration: dimensions 1..%u, depths 1..%u, positive clock "
+                 "and DMA rate",
+                 SIM_MAX_BLOCK, SIM_MAX_DEPTH);
+        return PK_ACCEL_ERR_ARG;
+    }
     pk_accel* d = calloc(1, sizeof *d);
     if (!d) return PK_ACCEL_ERR_NOMEM;
     d->cfg = *cfg;
@@ -152,13 +169,15 @@ int pk_accel_open(const pk_accel_config* cfg, const char* driver_arg, pk_accel**
 
 void pk_accel_close(pk_accel* d) {
     if (!d) return;
-    for (size_t k = 0; k < d->n_allocs; k++) free(d->allocs[k].host);
+    for (size_t k = 0; k < d->n_allocs; k++)
+        free(d->allocs[k].host);
     free(d->allocs);
     free(d->uop);
     free(d->wgt);
     free(d->inp);
     free(d->acc);
-    for (int b = 0; b < PK_ACCEL_BUFS; b++) free(d->track[b]);
+    for (int b = 0; b < PK_ACCEL_BUFS; b++)
+        free(d->track[b]);
     free(d);
 }
 
@@ -167,7 +186,9 @@ int pk_accel_set_check(pk_accel* d, int on) {
     return PK_ACCEL_OK;
 }
 
-const char* pk_accel_last_error(const pk_accel* d) { return d ? d->err : "no device"; }
+const char* pk_accel_last_error(const pk_accel* d) {
+    return d ? d->err : open_error;
+}
 
 int pk_accel_alloc(pk_accel* d, size_t size, pk_accel_buf* out) {
     memset(out, 0, sizeof *out);
@@ -286,8 +307,8 @@ static int can_start(const sim_slot* s, const sim_queues* q) {
 
 /* Starts slot `i` now that its tokens are there: start, end, vector clock, pushes. */
 static void schedule(sim_slot* slots, uint32_t i, sim_queues* q, uint64_t* free_at,
-                     uint32_t vc[PK_ACCEL_MODULES][PK_ACCEL_MODULES],
-                     pk_accel_counters* cnt, const pk_accel_config* cfg) {
+                     uint32_t vc[PK_ACCEL_MODULES][PK_ACCEL_MODULES], pk_accel_counters* cnt,
+                     const pk_accel_config* cfg) {
     sim_slot* s = &slots[i];
     int pops[2], pushes[2], m = s->module;
     flag_queues(s, pops, pushes);
@@ -336,7 +357,8 @@ static int run_timing(pk_accel* d, sim_slot* slots, uint32_t count, pk_accel_cou
     int rc = PK_ACCEL_OK;
     memset(&q, 0, sizeof q);
     memset(vc, 0, sizeof vc);
-    for (int m = 0; m < PK_ACCEL_MODULES; m++) order[m] = malloc(count * sizeof(uint32_t));
+    for (int m = 0; m < PK_ACCEL_MODULES; m++)
+        order[m] = malloc(count * sizeof(uint32_t));
     for (int k = 0; k < PK_ACCEL_MODULES * PK_ACCEL_MODULES; k++)
         q.pushed[k] = malloc(count * sizeof(uint32_t));
     for (int k = 0; k < PK_ACCEL_MODULES * PK_ACCEL_MODULES; k++)
@@ -356,8 +378,10 @@ static int run_timing(pk_accel* d, sim_slot* slots, uint32_t count, pk_accel_cou
             }
     }
     if (rc == PK_ACCEL_OK) rc = deadlock(d, slots, order, next, n);
-    for (int m = 0; m < PK_ACCEL_MODULES; m++) free(order[m]);
-    for (int k = 0; k < PK_ACCEL_MODULES * PK_ACCEL_MODULES; k++) free(q.pushed[k]);
+    for (int m = 0; m < PK_ACCEL_MODULES; m++)
+        free(order[m]);
+    for (int k = 0; k < PK_ACCEL_MODULES * PK_ACCEL_MODULES; k++)
+        free(q.pushed[k]);
     return rc;
 }
 
@@ -417,7 +441,8 @@ static int reset_tracking(pk_accel* d) {
     return PK_ACCEL_OK;
 }
 
-/* ---- effects ---------------------------------------------------------------------------------- */
+/* ---- effects ----------------------------------------------------------------------------------
+ */
 
 static uint32_t le32(const unsigned char* p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -427,14 +452,19 @@ static uint32_t le32(const unsigned char* p) {
 static void put_tile(pk_accel* d, int buf, uint64_t t, const unsigned char* src, int8_t pad) {
     uint64_t lanes = lanes_of(&d->cfg, buf);
     switch (buf) {
-    case PK_ACCEL_BUF_UOP: d->uop[t] = src ? le32(src) : 0; break;
+    case PK_ACCEL_BUF_UOP:
+        d->uop[t] = src ? le32(src) : 0;
+        break;
     case PK_ACCEL_BUF_ACC:
-        for (uint64_t l = 0; l < lanes; l++) d->acc[t * lanes + l] = src ? to_i32(le32(src + 4 * l)) : 0;
+        for (uint64_t l = 0; l < lanes; l++)
+            d->acc[t * lanes + l] = src ? to_i32(le32(src + 4 * l)) : 0;
         break;
     default: {
         int8_t* dst = (buf == PK_ACCEL_BUF_INP ? d->inp : d->wgt) + t * lanes;
-        if (src) memcpy(dst, src, lanes);
-        else memset(dst, buf == PK_ACCEL_BUF_INP ? (unsigned char)pad : 0, lanes);
+        if (src)
+            memcpy(dst, src, lanes);
+        else
+            memset(dst, buf == PK_ACCEL_BUF_INP ? (unsigned char)pad : 0, lanes);
     }
     }
 }
@@ -468,7 +498,8 @@ static int exec_load(pk_accel* d, const sim_slot* slots, uint32_t i, pk_accel_co
             int inside = r >= (uint64_t)in->y_pad_0 && r < (uint64_t)(in->y_pad_0 + in->y_size) &&
                          c >= (uint64_t)in->x_pad_0 && c < (uint64_t)(in->x_pad_0 + in->x_size);
             const unsigned char* src =
-                inside ? host + ((r - in->y_pad_0) * in->x_stride + (c - in->x_pad_0)) * tile : NULL;
+                inside ? host + ((r - in->y_pad_0) * in->x_stride + (c - in->x_pad_0)) * tile
+                       : NULL;
             put_tile(d, buf, in->sram_base + r * cols + c, src, (int8_t)in->pad_value);
         }
     cnt->load_bytes[buf] += dram_bytes(&d->cfg, in);
@@ -487,7 +518,8 @@ static int exec_store(pk_accel* d, const sim_slot* slots, uint32_t i, pk_accel_c
         for (uint64_t c = 0; c < (uint64_t)in->x_size; c++) {
             const int32_t* src = d->acc + (in->sram_base + r * in->x_size + c) * lanes;
             unsigned char* dst = host + (r * in->x_stride + c) * lanes;
-            for (uint64_t l = 0; l < lanes; l++) dst[l] = (unsigned char)((uint32_t)src[l] & 0xffu);
+            for (uint64_t l = 0; l < lanes; l++)
+                dst[l] = (unsigned char)((uint32_t)src[l] & 0xffu);
         }
     cnt->store_bytes += dram_bytes(&d->cfg, in);
     return PK_ACCEL_OK;
@@ -511,16 +543,18 @@ static int check_reach(pk_accel* d, const sim_slot* slots, uint32_t i) {
         uint64_t a = reach(op.acc, in->dst_factor_out, in->dst_factor_in, in);
         uint64_t x = reach(op.inp, in->src_factor_out, in->src_factor_in, in);
         uint64_t w = gemm ? reach(op.wgt, in->wgt_factor_out, in->wgt_factor_in, in) : 0;
-        const char* field = a >= c->acc_depth                                   ? "acc"
+        const char* field = a >= c->acc_depth                                        ? "acc"
                             : reads_src && x >= (gemm ? c->inp_depth : c->acc_depth) ? "inp"
-                            : gemm && !in->reset && w >= c->wgt_depth            ? "wgt"
-                                                                                 : NULL;
+                            : gemm && !in->reset && w >= c->wgt_depth                ? "wgt"
+                                                                                     : NULL;
         if (field)
             return fail(d, PK_ACCEL_ERR_INSN,
                         "instruction %u (%s): micro-op %lld's %s index reaches %llu over the "
                         "loops, past its buffer",
                         i, pk_accel_op_name(in->opcode), (long long)u, field,
-                        (unsigned long long)(field[0] == 'a' ? a : field[0] == 'i' ? x : w));
+                        (unsigned long long)(field[0] == 'a'   ? a
+                                             : field[0] == 'i' ? x
+                                                               : w));
     }
     return PK_ACCEL_OK;
 }
@@ -536,7 +570,8 @@ static void gemm_tile(pk_accel* d, uint64_t a, uint64_t x, uint64_t w) {
             int32_t sum = 0;
             const int8_t* xr = inp + b * c->block_in;
             const int8_t* wr = wgt + o * c->block_in;
-            for (uint32_t k = 0; k < c->block_in; k++) sum += (int32_t)xr[k] * (int32_t)wr[k];
+            for (uint32_t k = 0; k < c->block_in; k++)
+                sum += (int32_t)xr[k] * (int32_t)wr[k];
             int32_t* dst = &acc[b * c->block_out + o];
             *dst = to_i32((uint32_t)*dst + (uint32_t)sum);
         }
@@ -579,15 +614,19 @@ static int exec_loop(pk_accel* d, const sim_slot* slots, uint32_t i, pk_accel_co
                 uint64_t w = op.wgt + i0 * in->wgt_factor_out + i1 * in->wgt_factor_in;
                 if (d->check && (rc = track_iter(d, slots, i, a, x, w, u)) != PK_ACCEL_OK)
                     return rc;
-                if (in->reset) memset(d->acc + a * lanes, 0, lanes * sizeof *d->acc);
-                else if (gemm) gemm_tile(d, a, x, w);
-                else alu_tile(d, in, a, x);
+                if (in->reset)
+                    memset(d->acc + a * lanes, 0, lanes * sizeof *d->acc);
+                else if (gemm)
+                    gemm_tile(d, a, x, w);
+                else
+                    alu_tile(d, in, a, x);
             }
     uint64_t iters = loop_iters(in);
-    if (gemm) cnt->gemm_cycles += iters;
-    else cnt->alu_cycles += iters;
-    if (gemm && !in->reset)
-        cnt->macs += iters * d->cfg.batch * d->cfg.block_in * d->cfg.block_out;
+    if (gemm)
+        cnt->gemm_cycles += iters;
+    else
+        cnt->alu_cycles += iters;
+    if (gemm && !in->reset) cnt->macs += iters * d->cfg.batch * d->cfg.block_in * d->cfg.block_out;
     return PK_ACCEL_OK;
 }
 
@@ -607,9 +646,12 @@ static int run_effects(pk_accel* d, const sim_slot* slots, uint32_t count, pk_ac
     uint32_t* order[PK_ACCEL_MODULES];
     uint32_t n[PK_ACCEL_MODULES] = {0};
     int rc = PK_ACCEL_OK;
-    for (int m = 0; m < PK_ACCEL_MODULES; m++) order[m] = malloc(count * sizeof(uint32_t));
-    if (!order[0] || !order[1] || !order[2]) rc = fail(d, PK_ACCEL_ERR_NOMEM, "run: out of host memory");
-    for (uint32_t i = 0; i < count && rc == PK_ACCEL_OK; i++) order[slots[i].module][n[slots[i].module]++] = i;
+    for (int m = 0; m < PK_ACCEL_MODULES; m++)
+        order[m] = malloc(count * sizeof(uint32_t));
+    if (!order[0] || !order[1] || !order[2])
+        rc = fail(d, PK_ACCEL_ERR_NOMEM, "run: out of host memory");
+    for (uint32_t i = 0; i < count && rc == PK_ACCEL_OK; i++)
+        order[slots[i].module][n[slots[i].module]++] = i;
     for (uint32_t done = 0; done < count && rc == PK_ACCEL_OK; done++) {
         int best = -1;
         for (int m = 0; m < PK_ACCEL_MODULES; m++) {
@@ -621,11 +663,13 @@ static int run_effects(pk_accel* d, const sim_slot* slots, uint32_t count, pk_ac
         uint32_t i = order[best][next[best]++];
         rc = EXEC[slots[i].in.opcode](d, slots, i, cnt);
     }
-    for (int m = 0; m < PK_ACCEL_MODULES; m++) free(order[m]);
+    for (int m = 0; m < PK_ACCEL_MODULES; m++)
+        free(order[m]);
     return rc;
 }
 
-/* ---- run ---------------------------------------------------------------------------------------- */
+/* ---- run ----------------------------------------------------------------------------------------
+ */
 
 static int decode_all(pk_accel* d, const unsigned char* raw, uint32_t count, sim_slot* slots) {
     char msg[200];
@@ -634,9 +678,9 @@ static int decode_all(pk_accel* d, const unsigned char* raw, uint32_t count, sim
         int rc = pk_accel_decode(raw + (size_t)i * PK_ACCEL_INSN_BYTES, in, msg, sizeof msg);
         if (rc == PK_ACCEL_OK) rc = pk_accel_check_insn(in, &d->cfg, msg, sizeof msg);
         if (rc == PK_ACCEL_OK && (in->opcode == PK_ACCEL_OP_FINISH) != (i == count - 1))
-            rc = (snprintf(msg, sizeof msg, "%s", in->opcode == PK_ACCEL_OP_FINISH
-                                                      ? "FINISH before the last instruction"
-                                                      : "the last instruction is not FINISH"),
+            rc = (snprintf(msg, sizeof msg, "%s",
+                           in->opcode == PK_ACCEL_OP_FINISH ? "FINISH before the last instruction"
+                                                            : "the last instruction is not FINISH"),
                   PK_ACCEL_ERR_INSN);
         if (rc != PK_ACCEL_OK)
             return fail(d, rc, "instruction %u (%s): %s", i, pk_accel_op_name(in->opcode), msg);
@@ -671,7 +715,8 @@ static int run_slots(pk_accel* d, const unsigned char* raw, uint32_t count, uint
     }
     double ms = (double)cnt->cycles / (d->cfg.clock_mhz * 1e3);
     if (timeout_ms && ms > timeout_ms)
-        return fail(d, PK_ACCEL_ERR_TIMEOUT, "run: %llu cycles (%.3f ms) exceed the timeout of %u ms",
+        return fail(d, PK_ACCEL_ERR_TIMEOUT,
+                    "run: %llu cycles (%.3f ms) exceed the timeout of %u ms",
                     (unsigned long long)cnt->cycles, ms, timeout_ms);
     if (d->check && (rc = reset_tracking(d)) != PK_ACCEL_OK) return rc;
     rc = run_effects(d, slots, count, cnt);
@@ -685,7 +730,8 @@ int pk_accel_run(pk_accel* d, const pk_accel_buf* insns, uint32_t count, uint32_
     memset(&cnt, 0, sizeof cnt);
     if (!insns || !find_alloc(d, insns))
         return fail(d, PK_ACCEL_ERR_ARG, "run: the instructions are not in a device buffer");
-    if (count == 0) return fail(d, PK_ACCEL_ERR_INSN, "run: no instructions (the last must be FINISH)");
+    if (count == 0)
+        return fail(d, PK_ACCEL_ERR_INSN, "run: no instructions (the last must be FINISH)");
     if ((uint64_t)count * PK_ACCEL_INSN_BYTES > insns->size)
         return fail(d, PK_ACCEL_ERR_ARG, "run: %u instructions overrun a buffer of %zu bytes",
                     count, insns->size);

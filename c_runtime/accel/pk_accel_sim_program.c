@@ -46,8 +46,10 @@ static int relocate(uint8_t* insns, uint32_t n_insns, const int32_t* relocs, uin
         uint32_t phys = s->bufs[region < 0 ? n_args : (uint32_t)region].phys;
         uint64_t addr = pk_accel_bits(raw, PK_ACCEL_DRAM_BASE_POS, 32) + phys;
         if ((op != PK_ACCEL_OP_LOAD && op != PK_ACCEL_OP_STORE) || addr > UINT32_MAX) {
-            snprintf(err, err_len, "relocation %u: instruction %u is not a LOAD or STORE, or its "
-                     "address overflows", r, at);
+            snprintf(err, err_len,
+                     "relocation %u: instruction %u is not a LOAD or STORE, or its "
+                     "address overflows",
+                     r, at);
             return PK_ACCEL_ERR_ARG;
         }
         pk_accel_set_bits(raw, PK_ACCEL_DRAM_BASE_POS, 32, addr);
@@ -81,8 +83,7 @@ int pk_accel_sim_program(const pk_accel_config* cfg, int check, const uint8_t* i
     if (rc == PK_ACCEL_OK) rc = pk_accel_set_check(s.dev, check);
     if (rc == PK_ACCEL_OK) rc = alloc_all(&s, args, sizes, n_args, uops, n_uops, insns, n_insns);
     if (rc == PK_ACCEL_OK)
-        rc = relocate(s.bufs[n_args + 1].host, n_insns, relocs, n_relocs, &s, n_args, err,
-                      err_len);
+        rc = relocate(s.bufs[n_args + 1].host, n_insns, relocs, n_relocs, &s, n_args, err, err_len);
     if (rc == PK_ACCEL_OK && !err[0])
         rc = pk_accel_run(s.dev, &s.bufs[n_args + 1], n_insns, 0, counters);
     if (rc != PK_ACCEL_OK && !err[0] && s.dev)
