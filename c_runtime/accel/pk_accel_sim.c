@@ -12,7 +12,6 @@
  *
  * Integer arithmetic is done on uint32_t / int64_t so that wrapping and shifts are
  * defined; no index reaches a buffer unchecked. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
