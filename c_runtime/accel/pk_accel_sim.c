@@ -386,15 +386,16 @@ static int run_timing(pk_accel* d, sim_slot* slots, uint32_t count, pk_accel_cou
 
 /* ---- checking mode ------------------------------------------------------------------------ */
 
-static int race(pk_accel* d, const sim_slot* slots, uint32_t earlier, uint32_t later,
+/* `later` (what: "reads" or "overwrites") conflicts with `earlier`, which `wrote` or read. */
+static int race(pk_accel* d, const sim_slot* slots, uint32_t earlier, int wrote, uint32_t later,
                 const char* what, int buf, uint64_t entry) {
     const sim_slot *a = &slots[earlier], *b = &slots[later];
     return fail(d, PK_ACCEL_ERR_RACE,
                 "race on %s[%llu]: instruction %u (%s, %s module) %s it while instruction %u "
-                "(%s, %s module) may still use it: no dependency token orders them",
+                "(%s, %s module) may still %s it: no dependency token orders them",
                 pk_accel_buf_name(buf), (unsigned long long)entry, later,
                 pk_accel_op_name(b->in.opcode), MODULE_NAMES[b->module], what, earlier,
-                pk_accel_op_name(a->in.opcode), MODULE_NAMES[a->module]);
+                pk_accel_op_name(a->in.opcode), MODULE_NAMES[a->module], wrote ? "write" : "read");
 }
 
 /* An access by slot `i` to entry `e` of `buf`; a race when an earlier access by another
@@ -404,7 +405,7 @@ static int track(pk_accel* d, const sim_slot* slots, uint32_t i, int buf, uint64
     const sim_slot* s = &slots[i];
     int m = s->module;
     if (t->write_seq && t->write_mod != m && t->write_seq > s->vc[t->write_mod])
-        return race(d, slots, t->write_insn, i, write ? "overwrites" : "reads", buf, e);
+        return race(d, slots, t->write_insn, 1, i, write ? "overwrites" : "reads", buf, e);
     if (!write) {
         t->read_seq[m] = s->seq;
         t->read_insn[m] = i;
@@ -412,7 +413,7 @@ static int track(pk_accel* d, const sim_slot* slots, uint32_t i, int buf, uint64
     }
     for (int o = 0; o < PK_ACCEL_MODULES; o++)
         if (o != m && t->read_seq[o] && t->read_seq[o] > s->vc[o])
-            return race(d, slots, t->read_insn[o], i, "overwrites", buf, e);
+            return race(d, slots, t->read_insn[o], 0, i, "overwrites", buf, e);
     memset(t, 0, sizeof *t);
     t->write_seq = s->seq;
     t->write_insn = i;

@@ -9,6 +9,8 @@
 #include "pk_accel_isa.h"
 
 enum { MEM_BYTES = 1024, MAX_INSNS = 256 };
+/* GEMM's and ALU's iter_out (iter_in follows): after the head (7), reset, uop_bgn, uop_end */
+enum { ITER_OUT_POS = 7 + 1 + 13 + 14 };
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static const pk_accel_config cfg = {1, 4, 4, 64, 64, 16, 64, 10, 100.0, 4.0};
@@ -26,6 +28,12 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         memcpy(insns, data + 1, n * PK_ACCEL_INSN_BYTES);
         for (size_t i = 0; i < n; i++) {
             uint8_t* raw = insns + i * PK_ACCEL_INSN_BYTES;
+            /* loops of up to 2^14 x 2^14 iterations are valid but would only slow the search */
+            if (pk_accel_bits(raw, 0, 3) == PK_ACCEL_OP_GEMM ||
+                pk_accel_bits(raw, 0, 3) == PK_ACCEL_OP_ALU) {
+                pk_accel_set_bits(raw, ITER_OUT_POS + 4, 10, 0);
+                pk_accel_set_bits(raw, ITER_OUT_POS + 14 + 4, 10, 0);
+            }
             if (pk_accel_bits(raw, 0, 3) <= PK_ACCEL_OP_STORE && (data[0] & 2)) {
                 uint64_t off = pk_accel_bits(raw, PK_ACCEL_DRAM_BASE_POS, 32) % MEM_BYTES;
                 pk_accel_set_bits(raw, PK_ACCEL_DRAM_BASE_POS, 32, mem.phys + off);

@@ -284,7 +284,7 @@ static void test_missing_token_is_stale_data_and_a_race_in_check_mode(void) {
     CHECK(rig_run(&r, &p) == PK_ACCEL_ERR_RACE);
     CHECK_MSG(strstr(pk_accel_last_error(r.dev),
                      "race on inp[0]: instruction 4 (GEMM, compute module) reads it while "
-                     "instruction 0 (LOAD, load module) may still use it") != NULL,
+                     "instruction 0 (LOAD, load module) may still write it") != NULL,
               pk_accel_last_error(r.dev));
     rig_close(&r);
 }
