@@ -332,12 +332,15 @@ static void schedule(sim_slot* slots, uint32_t i, sim_queues* q, uint64_t* free_
 }
 
 static int deadlock(pk_accel* d, const sim_slot* slots, uint32_t* const* order,
-                    const uint32_t* next, const uint32_t* n) {
+                    const uint32_t* next, const uint32_t* n, const sim_queues* q) {
     for (int m = 0; m < PK_ACCEL_MODULES; m++) {
         if (next[m] == n[m]) continue;
         uint32_t i = order[m][next[m]];
         const sim_slot* s = &slots[i];
-        int from = s->in.pop_prev ? m - 1 : m + 1;
+        int pops[2], pushes[2];
+        flag_queues(s, pops, pushes);
+        /* the queue it waits on: the first of its pops with no token */
+        int from = pops[0] >= 0 && q->n_popped[pops[0]] >= q->n_pushed[pops[0]] ? m - 1 : m + 1;
         return fail(d, PK_ACCEL_ERR_DEADLOCK,
                     "deadlock: instruction %u (%s) on the %s module waits for a token from the "
                     "%s module that no instruction pushes",
@@ -376,7 +379,7 @@ static int run_timing(pk_accel* d, sim_slot* slots, uint32_t count, pk_accel_cou
                 progress = 1;
             }
     }
-    if (rc == PK_ACCEL_OK) rc = deadlock(d, slots, order, next, n);
+    if (rc == PK_ACCEL_OK) rc = deadlock(d, slots, order, next, n, &q);
     for (int m = 0; m < PK_ACCEL_MODULES; m++)
         free(order[m]);
     for (int k = 0; k < PK_ACCEL_MODULES * PK_ACCEL_MODULES; k++)
@@ -473,7 +476,8 @@ static unsigned char* dma_extent(pk_accel* d, uint32_t i, const pk_accel_insn* i
     uint64_t bytes = in->y_size && in->x_size
                          ? ((uint64_t)(in->y_size - 1) * in->x_stride + in->x_size) * tile
                          : 0;
-    unsigned char* host = dram(d, (uint64_t)in->dram_base, bytes);
+    /* a DMA of padding only touches no DRAM: any address will do, nothing is read there */
+    unsigned char* host = bytes ? dram(d, (uint64_t)in->dram_base, bytes) : (unsigned char*)d;
     if (!host)
         fail(d, PK_ACCEL_ERR_INSN,
              "instruction %u (%s): field dram_base=0x%08llx: its %llu bytes of DMA lie outside "

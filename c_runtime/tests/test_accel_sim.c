@@ -203,6 +203,64 @@ static void test_alu_ops_on_extremes(void) {
     }
 }
 
+/* ---- DMA: padding, strides, narrowing ------------------------------------------------------ */
+
+static void test_padded_strided_load_and_narrowing_store(void) {
+    rig r;
+    program p = {.n = 0};
+    rig_open(&r, 1024, 1);
+    unsigned char* m = r.mem.host;
+    int32_t wide[4] = {300, -129, 127, INT32_MIN + 5};
+    /* micro-ops t -> (acc t, inp t) for the identity GEMM that copies inp into acc */
+    for (uint32_t t = 0; t < 12; t++)
+        put_u32(m + 4 * t, t | t << 11);
+    for (int k = 0; k < 4; k++)
+        m[64 + 5 * k] = 1; /* identity wgt */
+    for (int k = 0; k < 4 * 8; k++)
+        m[128 + k] = (unsigned char)(k + 1); /* 2 rows of 4 tiles */
+    for (int k = 0; k < 4; k++)
+        put_u32(m + 256 + 4 * k, (uint32_t)wide[k]);
+    emit(&p, PK_ACCEL_OP_LOAD, "buffer", V(0), "dram_base", V(at(&r, 0)), "y_size", V(1), "x_size",
+         V(12), "x_stride", V(12), NULL);
+    emit(&p, PK_ACCEL_OP_LOAD, "buffer", V(1), "dram_base", V(at(&r, 64)), "y_size", V(1), "x_size",
+         V(1), "x_stride", V(1), NULL);
+    /* tiles 1..2 of both rows (rows 4 tiles apart) in a 3 x 4 region: one pad row below, one
+     * pad tile either side, pad value -3 */
+    emit(&p, PK_ACCEL_OP_LOAD, "buffer", V(2), "dram_base", V(at(&r, 128 + 4)), "y_size", V(2),
+         "x_size", V(2), "x_stride", V(4), "y_pad_1", V(1), "x_pad_0", V(1), "x_pad_1", V(1),
+         "pad_value", V(-3), "push_next", V(1), NULL);
+    emit(&p, PK_ACCEL_OP_GEMM, "reset", V(1), "pop_prev", V(1), "uop_end", V(12), "iter_out", V(1),
+         "iter_in", V(1), NULL);
+    emit(&p, PK_ACCEL_OP_GEMM, "uop_end", V(12), "iter_out", V(1), "iter_in", V(1), NULL);
+    /* acc tile 12: wide values, padded with zero tiles (pad_value ignored off inp) */
+    emit(&p, PK_ACCEL_OP_LOAD, "buffer", V(3), "sram_base", V(12), "dram_base", V(at(&r, 256)),
+         "y_size", V(1), "x_size", V(1), "x_stride", V(1), "x_pad_1", V(1), "pad_value", V(9),
+         "push_next", V(1), NULL);
+    /* 14 tiles out, every other 4-byte slot of DRAM: x_stride 2 over rows of one tile */
+    emit(&p, PK_ACCEL_OP_STORE, "buffer", V(3), "dram_base", V(at(&r, 512)), "y_size", V(14),
+         "x_size", V(1), "x_stride", V(2), "pop_prev", V(1), "push_prev", V(1), NULL);
+    emit(&p, PK_ACCEL_OP_FINISH, "pop_next", V(1), NULL);
+    memset(m + 512, 0x55, 14 * 8);
+    CHECK_MSG(rig_run(&r, &p) == PK_ACCEL_OK, pk_accel_last_error(r.dev));
+    for (int t = 0; t < 12; t++) {
+        int row = t / 4, col = t % 4, inside = row < 2 && col >= 1 && col <= 2;
+        for (int l = 0; l < 4; l++) {
+            int8_t want = inside ? (int8_t)(1 + (row * 4 + col) * 4 + l) : -3;
+            CHECK((int8_t)m[512 + 8 * t + l] == want);
+            CHECK(m[512 + 8 * t + 4 + l] == 0x55); /* the stride's gap is untouched */
+        }
+    }
+    for (int l = 0; l < 4; l++) {
+        CHECK((int8_t)m[512 + 8 * 12 + l] == (int8_t)(uint8_t)((uint32_t)wide[l] & 0xffu));
+        CHECK(m[512 + 8 * 13 + l] == 0);
+    }
+    /* wgt 10 + 16 / 4; inp 10 + 2 x 2 x 4 bytes / 4 + 1 pad row */
+    CHECK(r.cnt.busy[PK_ACCEL_LOAD_MOD] == 14 + 15);
+    CHECK(r.cnt.load_bytes[PK_ACCEL_BUF_INP] == 16 && r.cnt.load_bytes[PK_ACCEL_BUF_ACC] == 16);
+    CHECK(r.cnt.store_bytes == 14 * 4);
+    rig_close(&r);
+}
+
 /* ---- tokens and the cycle model -------------------------------------------------------------- */
 
 /* LOAD wgt, LOAD inp (-> compute), LOAD uop, GEMM reset, GEMM (<- load, -> store), STORE
@@ -293,11 +351,13 @@ static void test_pop_without_push_deadlocks(void) {
     rig r;
     program p = {.n = 0};
     rig_open(&r, 64, 0);
-    emit(&p, PK_ACCEL_OP_GEMM, "pop_next", V(1), NULL);
+    /* the token from load is there; the one from store is not */
+    emit(&p, PK_ACCEL_OP_LOAD, "buffer", V(2), "push_next", V(1), NULL);
+    emit(&p, PK_ACCEL_OP_GEMM, "pop_prev", V(1), "pop_next", V(1), NULL);
     emit(&p, PK_ACCEL_OP_FINISH, NULL);
     CHECK(rig_run(&r, &p) == PK_ACCEL_ERR_DEADLOCK);
     CHECK_MSG(strstr(pk_accel_last_error(r.dev),
-                     "instruction 0 (GEMM) on the compute module waits for a token from the "
+                     "instruction 1 (GEMM) on the compute module waits for a token from the "
                      "store module") != NULL,
               pk_accel_last_error(r.dev));
     rig_close(&r);
@@ -399,6 +459,7 @@ static void test_random_streams_fail_cleanly(void) {
 int main(void) {
     test_gemm_loops_match_reference();
     test_alu_ops_on_extremes();
+    test_padded_strided_load_and_narrowing_store();
     test_pipeline_cycles_are_the_sum_of_the_model();
     test_independent_modules_overlap();
     test_missing_token_is_stale_data_and_a_race_in_check_mode();

@@ -432,3 +432,15 @@ def test_store_not_ordered_before_finish_is_a_race_in_check_mode():
         r"ordered before FINISH \(instruction 1\)",
     ):
         Simulator(CFG, check=True).run(p, [np.zeros(T, np.int8)])
+
+
+def test_a_load_of_padding_only_needs_no_dram_address():
+    acc = np.full((2, T), 9, np.int32)
+    out = np.ones((2, T), np.int8)
+    b = Builder(2)
+    b.add(load(isa.ACC, 0, 0, 1, 2), 0)
+    b.add(load(isa.ACC, 0, 0, 0, 0, y_pad_0=1, x_pad_0=2, push_next=1))  # no relocation
+    b.add(store(0, 0, 1, 2, pop_prev=1, push_prev=1), 1)
+    r = Simulator(CFG, check=True).run(b.finish(pop_next=1), [acc, out])
+    assert not out.any()
+    assert r.load_bytes["acc"] == 2 * T * 4
