@@ -349,6 +349,19 @@ static int deadlock(pk_accel* d, const sim_slot* slots, uint32_t* const* order,
     return PK_ACCEL_OK;
 }
 
+/* Checking mode: the hardware keeps tokens across runs, so one never popped would let the
+ * next run skip a wait. */
+static int leftover_tokens(pk_accel* d, const sim_queues* q) {
+    for (int k = 0; k < PK_ACCEL_MODULES * PK_ACCEL_MODULES; k++)
+        if (q->n_pushed[k] > q->n_popped[k])
+            return fail(d, PK_ACCEL_ERR_RACE,
+                        "race: %u token(s) from the %s module to the %s module are never popped; "
+                        "the next run would start with them",
+                        q->n_pushed[k] - q->n_popped[k], MODULE_NAMES[k / PK_ACCEL_MODULES],
+                        MODULE_NAMES[k % PK_ACCEL_MODULES]);
+    return PK_ACCEL_OK;
+}
+
 /* Runs the module timelines; fills start, end and vector clocks, busy and stall. */
 static int run_timing(pk_accel* d, sim_slot* slots, uint32_t count, pk_accel_counters* cnt) {
     sim_queues q;
@@ -380,6 +393,7 @@ static int run_timing(pk_accel* d, sim_slot* slots, uint32_t count, pk_accel_cou
             }
     }
     if (rc == PK_ACCEL_OK) rc = deadlock(d, slots, order, next, n, &q);
+    if (rc == PK_ACCEL_OK && d->check) rc = leftover_tokens(d, &q);
     for (int m = 0; m < PK_ACCEL_MODULES; m++)
         free(order[m]);
     for (int k = 0; k < PK_ACCEL_MODULES * PK_ACCEL_MODULES; k++)

@@ -444,3 +444,13 @@ def test_a_load_of_padding_only_needs_no_dram_address():
     r = Simulator(CFG, check=True).run(b.finish(pop_next=1), [acc, out])
     assert not out.any()
     assert r.load_bytes["acc"] == 2 * T * 4
+
+
+def test_a_token_never_popped_is_a_race_in_check_mode():
+    b = Builder(1)
+    b.add(load(isa.INP, 0, 0, 1, 1, push_next=1), 0)
+    p = b.finish()
+    Simulator(CFG).run(p, [np.zeros(T, np.int8)])
+    with pytest.raises(SimulatorError, match="RACE: k: race: 1 token.s. from the load module to "
+                       "the compute module are never popped"):  # fmt: skip
+        Simulator(CFG, check=True).run(p, [np.zeros(T, np.int8)])
