@@ -1,5 +1,5 @@
-"""Fuzz the C runtime with libFuzzer (+ ASAN + UBSAN): graph.json, params.bin, .npy and
-whole bundles (c_runtime/fuzz/).
+"""Fuzz the C runtime with libFuzzer (+ ASAN + UBSAN): graph.json, params.bin, .npy, whole
+bundles and the accelerator's kernels/program.accel (c_runtime/fuzz/).
 
 Seed corpora come from real bundles, packaged here from examples/tiny_cnn.onnx and two
 examples/networks.py nets; the bundle fuzzer links tiny_cnn's generated kernels. Needs
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 
-FUZZERS = ("graph", "params", "npy", "bundle")
+FUZZERS = ("graph", "params", "npy", "bundle", "accel_program")
 
 
 def _models(tmp: Path) -> dict[str, Path]:
@@ -117,7 +117,51 @@ def make_seeds(work: Path) -> Path:
         data = b"".join(_npy_payload(p) for p in sorted((out / "selftest").glob("input_*.npy")))
         sections = struct.pack("<I", len(gj)) + gj + struct.pack("<I", len(params)) + params
         (corpus["bundle"] / name).write_bytes(sections + data)
+    for name, raw in _accel_seeds().items():
+        (corpus["accel_program"] / name).write_bytes(raw)
     return bundles / "tiny_cnn" / "kernels"
+
+
+def _accel_seeds() -> dict[str, bytes]:
+    """Program files: one GEMM of a 16 x 16 weight tile and a 16-lane input (the node
+    fuzz_accel_program checks against), alone and next to a two-row strided copy."""
+    from packager.accel import isa
+    from packager.accel.program import UOPS, AccelConfig, Program, write_programs
+
+    one = {"y_size": 1, "x_size": 1, "x_stride": 1}
+    loop = {"uop_bgn": 0, "uop_end": 1, "iter_out": 1, "iter_in": 1}
+    gemm = Program(
+        "k_gemm",
+        3,
+        [
+            {"opcode": isa.LOAD, "buffer": isa.UOP, **one},
+            {"opcode": isa.LOAD, "buffer": isa.INP, **one},
+            {"opcode": isa.LOAD, "buffer": isa.WGT, "push_next": 1, **one},
+            {"opcode": isa.GEMM, "reset": 1, **loop},
+            {"opcode": isa.GEMM, "pop_prev": 1, "push_next": 1, **loop},
+            {"opcode": isa.STORE, "buffer": isa.ACC, "pop_prev": 1, "push_prev": 1, **one},
+            {"opcode": isa.FINISH, "pop_next": 1},
+        ],
+        [(0, 0, 0)],
+        [(0, UOPS), (1, 0), (2, 1), (5, 2)],
+    )
+    copy = Program(
+        "k_copy",
+        3,
+        [
+            {"opcode": isa.LOAD, "buffer": isa.ACC, "y_size": 2, "x_size": 1, "x_stride": 0},
+            {"opcode": isa.STORE, "buffer": isa.ACC, "y_size": 1, "x_size": 1, "x_stride": 1},
+            {"opcode": isa.FINISH},
+        ],
+        [],
+        [(0, 1), (1, 2)],
+    )
+    config = AccelConfig()
+    return {
+        "gemm": write_programs([gemm], config),
+        "copy": write_programs([copy], config),
+        "gemm_copy": write_programs([gemm, copy], config),
+    }
 
 
 def build_fuzzers(build: Path, kernels: Path) -> Path:

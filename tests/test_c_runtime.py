@@ -64,10 +64,12 @@ def test_ctest_under_sanitizers(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     # Every test program in c_runtime/tests is registered in CMakeLists.txt and passed.
     ran = set(re.findall(r"Test +#\d+: (\S+) \.+ +Passed", r.stdout))
-    # test_opencl needs -DPK_OPENCL=ON (tests/test_opencl_runtime.py builds it).
+    # test_opencl needs -DPK_OPENCL=ON (tests/test_opencl_runtime.py builds it),
+    # test_accel_backend -DPK_ACCEL=sim (tests/test_accel_runtime.py).
     programs = {p.stem for p in (C_RUNTIME / "tests").glob("test_*.c")} - {
         "test_kernels",
         "test_opencl",
+        "test_accel_backend",
     }
     assert programs >= {"test_graph", "test_npy", "test_json", "test_scratch"}
     assert ran == programs, r.stdout

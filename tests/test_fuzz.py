@@ -49,7 +49,7 @@ def fuzzers(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["graph", "params", "npy", "bundle"])
+@pytest.mark.parametrize("name", ["graph", "params", "npy", "bundle", "accel_program"])
 def test_fuzzer_runs_without_crash(fuzzers, name):
     fuzz, build, work = fuzzers
     seeds = sorted((work / "corpus" / name).iterdir())

@@ -64,6 +64,9 @@ typedef struct pk_accel pk_accel;
  * environment variable PK_ACCEL_CHECK is 1. */
 int pk_accel_open(const pk_accel_config* cfg, const char* driver_arg, pk_accel** out);
 void pk_accel_close(pk_accel* dev);
+/* Checking mode on (1) or off (0), overriding PK_ACCEL_CHECK; the board driver has none and
+ * refuses to turn it on (PK_ACCEL_ERR_ARG). */
+int pk_accel_set_check(pk_accel* dev, int on);
 
 /* A physically contiguous buffer of `size` bytes (64-byte aligned physical address). */
 int pk_accel_alloc(pk_accel* dev, size_t size, pk_accel_buf* out);
@@ -78,6 +81,7 @@ int pk_accel_invalidate(pk_accel* dev, const pk_accel_buf* buf, size_t offset, s
 int pk_accel_run(pk_accel* dev, const pk_accel_buf* insns, uint32_t count, uint32_t timeout_ms,
                  pk_accel_counters* counters);
 
+/* Why the last call on `dev` failed; with NULL, why the last pk_accel_open failed. */
 const char* pk_accel_last_error(const pk_accel* dev);
 
 #endif

@@ -96,15 +96,31 @@ pk_status pk_graph_run_profiled(pk_graph* g, double (*clock_ms)(void), double* n
 int32_t pk_graph_num_nodes(const pk_graph* g);
 const char* pk_graph_node_name(const pk_graph* g, int32_t n);
 const char* pk_graph_node_func(const pk_graph* g, int32_t n);
-/* Where kernel node n runs: "cpu" or "opencl" (control flow: "cpu"; NULL for other nodes). */
+/* Where kernel node n runs: "cpu", "opencl" or "accel" (control flow: "cpu"; NULL for other nodes).
+ */
 const char* pk_graph_node_device(const pk_graph* g, int32_t n);
 /* What graph.json says of kernel node n (old bundles say nothing): the op names fused into
  * it, separated by spaces (else NULL); the flops and bytes of one call (else -1). */
 const char* pk_graph_node_ops(const pk_graph* g, int32_t n);
 double pk_graph_node_flops(const pk_graph* g, int32_t n);
 double pk_graph_node_bytes(const pk_graph* g, int32_t n);
-/* The OpenCL device's name, or NULL when the graph runs nothing on OpenCL. */
+/* The OpenCL device's name, the accelerator's driver ("sim" or "uio"), or NULL when the
+ * graph runs everything on the CPU. */
 const char* pk_graph_device_name(const pk_graph* g);
+
+/* What the accelerator did for kernel node n, summed over the graph's runs so far
+ * (docs/accel.md, "Simulator and cycle model"; the board driver fills only cycles and
+ * insns). Modules: 0 load, 1 compute, 2 store. */
+typedef struct {
+    uint64_t runs;
+    uint64_t cycles;
+    uint64_t insns;
+    uint64_t busy[3], stall[3];
+    uint64_t gemm_cycles, alu_cycles, macs;
+    uint64_t load_bytes, store_bytes; /* DRAM bytes loaded into all buffers, and stored */
+} pk_accel_stats;
+/* 1 and *out filled when node n runs on the accelerator, else 0. */
+int pk_graph_node_accel_stats(const pk_graph* g, int32_t n, pk_accel_stats* out);
 /* Copies output i (bytes must equal its size) into dst. */
 pk_status pk_graph_get_output(const pk_graph* g, int32_t i, void* dst, size_t bytes);
 

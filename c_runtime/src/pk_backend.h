@@ -7,7 +7,7 @@
 
 #include "pk_internal.h"
 
-enum { PK_DEV_CPU, PK_DEV_OPENCL, PK_DEV_COUNT };
+enum { PK_DEV_CPU, PK_DEV_OPENCL, PK_DEV_ACCEL, PK_DEV_COUNT };
 
 typedef struct {
     const char* name; /* as graph.json's node "device" */
@@ -29,6 +29,9 @@ typedef struct {
 extern const pk_backend pk_cpu_backend;
 #ifdef PK_OPENCL
 extern const pk_backend pk_opencl_backend;
+#endif
+#ifdef PK_ACCEL
+extern const pk_backend pk_accel_backend; /* backends/pk_accel.c: kernels/program.accel */
 #endif
 
 /* Where an entry's current value is: on the host, on the device, or both. */

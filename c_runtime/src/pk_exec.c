@@ -118,6 +118,8 @@ void pk_graph_free_parts(pk_graph* g) {
     }
     free(g->valid);
     free(g->device_name);
+    free(g->dir);
+    free(g->accel_stats);
     for (int32_t n = 0; g->nodes && n < g->num_nodes; n++) {
         free(g->nodes[n].name);
         free(g->nodes[n].func);
@@ -159,11 +161,28 @@ static int host_is_little_endian(void) {
 /* The device backend of a graph with device nodes: every entry starts valid on the host only,
  * params on both (the backend uploads them once). */
 static pk_status attach_device(pk_graph* g, const void* params) {
-    g->params = params;
-    for (int32_t n = 0; n < g->num_nodes && !g->dev; n++) {
+    static const pk_backend* const backends[PK_DEV_COUNT] = {
+        NULL,
 #ifdef PK_OPENCL
-        if (g->nodes[n].device == PK_DEV_OPENCL) g->dev = &pk_opencl_backend;
+        &pk_opencl_backend,
+#else
+        NULL,
 #endif
+#ifdef PK_ACCEL
+        &pk_accel_backend,
+#else
+        NULL,
+#endif
+    };
+    g->params = params;
+    for (int32_t n = 0; n < g->num_nodes; n++) {
+        const pk_backend* b = backends[g->nodes[n].device];
+        if (b && g->dev && b != g->dev)
+            return pk_fail(PK_ERR_FORMAT,
+                           "graph.json: nodes[%d] '%s' runs on %s, but an earlier node runs on "
+                           "%s: a graph uses one device besides the cpu",
+                           (int)n, g->nodes[n].name, b->name, g->dev->name);
+        if (b) g->dev = b;
     }
     if (!g->dev) return PK_OK;
     if (!(g->valid = malloc((size_t)g->num_entries + 1)))
@@ -175,22 +194,27 @@ static pk_status attach_device(pk_graph* g, const void* params) {
     return s ? s : g->dev->alloc(g);
 }
 
-/* Takes ownership of own_params (may be NULL) whatever the outcome. */
+/* Takes ownership of own_params (may be NULL) and dir (the bundle directory, may be NULL)
+ * whatever the outcome. */
 static pk_status create(const char* json, size_t json_len, const void* params, size_t params_len,
-                        void* own_params, void* memory, size_t memory_len, pk_graph** out) {
+                        void* own_params, char* dir, void* memory, size_t memory_len,
+                        pk_graph** out) {
     char env_error[256];
     pk_status s = PK_OK;
     *out = NULL;
     if (pk_parallel_env_error(env_error, sizeof env_error)) {
         pk_aligned_free(own_params);
+        free(dir);
         return pk_fail(PK_ERR_ARG, "%s", env_error);
     }
     pk_graph* g = calloc(1, sizeof *g);
     if (!g) {
         pk_aligned_free(own_params);
+        free(dir);
         return pk_fail(PK_ERR_NOMEM, "out of memory");
     }
     g->own_params = own_params;
+    g->dir = dir;
     if (!host_is_little_endian()) s = pk_fail(PK_ERR_ARG, "big-endian hosts are not supported");
     if (!s && ((uintptr_t)params % PK_ALIGN) != 0) {
         /* Misaligned caller buffer: copy once so every tensor is 64-byte aligned. */
@@ -226,7 +250,8 @@ pk_status pk_graph_create(const char* json, size_t json_len, const void* params,
     *out = NULL;
     if (!json || (!params && params_len))
         return pk_fail(PK_ERR_ARG, "pk_graph_create: json or params is NULL");
-    return create(json, json_len, params ? params : "", params_len, NULL, memory, memory_len, out);
+    return create(json, json_len, params ? params : "", params_len, NULL, NULL, memory, memory_len,
+                  out);
 }
 
 pk_status pk_graph_memory_bytes(const char* json, size_t json_len, size_t* out) {
@@ -261,7 +286,12 @@ pk_status pk_graph_load_dir(const char* dir, pk_graph** out) {
     pk_status s = gpath && ppath ? PK_OK : pk_fail(PK_ERR_NOMEM, "out of memory");
     if (!s) s = pk_read_file(gpath, &json, &json_len);
     if (!s) s = pk_read_file(ppath, &params, &params_len);
-    if (!s) s = create(json, json_len, params, params_len, params, NULL, 0, out);
+    char* own_dir = s ? NULL : malloc(strlen(dir) + 1);
+    if (!s && !own_dir) s = pk_fail(PK_ERR_NOMEM, "out of memory");
+    if (!s)
+        s = create(json, json_len, params, params_len, params, strcpy(own_dir, dir), NULL, 0, out);
+    else
+        pk_aligned_free(params);
     pk_aligned_free(json);
     free(gpath);
     free(ppath);
@@ -533,6 +563,14 @@ double pk_graph_node_bytes(const pk_graph* g, int32_t n) {
 
 const char* pk_graph_device_name(const pk_graph* g) {
     return g ? g->device_name : NULL;
+}
+
+int pk_graph_node_accel_stats(const pk_graph* g, int32_t n, pk_accel_stats* out) {
+    if (!g || !g->accel_stats || n < 0 || n >= g->num_nodes || !out ||
+        g->nodes[n].op != PK_NODE_KERNEL || g->nodes[n].device != PK_DEV_ACCEL)
+        return 0;
+    *out = g->accel_stats[n];
+    return 1;
 }
 
 int64_t pk_graph_copy_count(const pk_graph* g) {

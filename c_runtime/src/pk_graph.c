@@ -75,22 +75,30 @@ static pk_status entry_ref(loader* L, int32_t t, int32_t limit, const char* wher
     return PK_OK;
 }
 
-/* Optional "device": "cpu" (the default) or "opencl". */
+/* Optional "device": "cpu" (the default), "opencl" or "accel". */
 static pk_status parse_device(loader* L, int32_t t, int32_t i) {
-    static const char* const names[] = {"cpu", "opencl"};
+    static const char* const names[] = {"cpu", "opencl", "accel"};
     pk_node* node = &L->g->nodes[i];
     int32_t dev = pj_get(&L->d, t, "device");
     node->device = dev < 0 ? PK_DEV_CPU : -1;
     for (int32_t k = 0; dev >= 0 && k < PK_DEV_COUNT; k++)
         if (pj_streq(&L->d, dev, names[k])) node->device = k;
     if (node->device < 0)
-        return pk_fail(PK_ERR_FORMAT, GJ ": nodes[%d] '%s': device must be \"cpu\" or \"opencl\"",
+        return pk_fail(PK_ERR_FORMAT,
+                       GJ ": nodes[%d] '%s': device must be \"cpu\", \"opencl\" or \"accel\"",
                        (int)i, node->name);
 #ifndef PK_OPENCL
     if (node->device == PK_DEV_OPENCL)
         return pk_fail(PK_ERR_FORMAT,
                        GJ ": nodes[%d] '%s' runs on opencl, but this runtime was built without "
                           "OpenCL (PK_OPENCL)",
+                       (int)i, node->name);
+#endif
+#ifndef PK_ACCEL
+    if (node->device == PK_DEV_ACCEL)
+        return pk_fail(PK_ERR_FORMAT,
+                       GJ ": nodes[%d] '%s' runs on accel, but this runtime was built without "
+                          "the accelerator (PK_ACCEL)",
                        (int)i, node->name);
 #endif
     return PK_OK;
@@ -670,6 +678,8 @@ static pk_status resolve_kernels(pk_graph* g, int32_t depth) {
             return pk_fail(PK_ERR_FORMAT,
                            GJ ": nodes[%d] '%s': nodes inside a subgraph run on the cpu", (int)n,
                            node->name);
+        /* an accel node's func names a program of kernels/program.accel, bound at init */
+        if (node->device == PK_DEV_ACCEL) continue;
         const char* signature = NULL;
         if (node->device == PK_DEV_CPU) {
             const pk_kernel_entry* k = find_kernel(node->func, sorted);

@@ -78,7 +78,9 @@ struct pk_graph {
     void* dev_state;
     char* device_name;
     int64_t copies;
-    int program_from_cache; /* the device program came from the on-disk binary cache */
+    int program_from_cache;      /* the device program came from the on-disk binary cache */
+    char* dir;                   /* the bundle directory (pk_graph_load_dir), else NULL */
+    pk_accel_stats* accel_stats; /* accel backend: per node, its counters summed over runs */
 };
 
 /* Parses and validates graph.json into g (no params, no memory); pk_graph_free_parts undoes. */

@@ -251,7 +251,7 @@ static const mutation graph_mutations[] = {
     {"['float32','float32'", "['float32','float33'", "attrs.dtype[1]: unknown dtype"},
     {"'func':'k_relu4'", "'func':'k_nope'", "func 'k_nope' is not in the kernel table"},
     {"'name':'relu1','func'", "'name':'relu1','device':'gpu','func'",
-     "graph.json: nodes[3] 'relu1': device must be \"cpu\" or \"opencl\""},
+     "graph.json: nodes[3] 'relu1': device must be \"cpu\", \"opencl\" or \"accel\""},
     {"'name':'relu1','func'", "'name':'relu1','device':7,'func'",
      "graph.json: nodes[3] 'relu1': device must be"},
 #ifdef PK_OPENCL
@@ -261,6 +261,11 @@ static const mutation graph_mutations[] = {
     {"'name':'relu1','func'", "'name':'relu1','device':'opencl','func'",
      "graph.json: nodes[3] 'relu1' runs on opencl, but this runtime was built without OpenCL "
      "(PK_OPENCL)"},
+#endif
+#ifndef PK_ACCEL
+    {"'name':'relu1','func'", "'name':'relu1','device':'accel','func'",
+     "graph.json: nodes[3] 'relu1' runs on accel, but this runtime was built without the "
+     "accelerator (PK_ACCEL)"},
 #endif
     {"'heads':[[5,0],[4,0]]", "'heads':[[5,0],[2,0]]", "head 1 reads entry 2"},
     {"'heads':[[5,0],[4,0]]", "'heads':[[5,0],[6,0]]", "heads[1]: node index"},

@@ -47,7 +47,8 @@ static const char usage_text[] =
     "                      sum of their median times, its share of all kernels' time, its\n"
     "                      rate (GFLOP/s when it does at least a flop per byte it moves,\n"
     "                      else GB/s; '-' for a bundle whose graph.json has no counts) and\n"
-    "                      its device (cpu, opencl); then a total line\n"
+    "                      its device (cpu, opencl, accel); then a total line, and per accel\n"
+    "                      kernel a line of what the accelerator did in one run\n"
     "  --profile-json FILE with --repeat: --profile, and write the profile as JSON to FILE\n"
     "                      (whole, through a temporary file beside it; docs/bundle-format.md)\n"
     "  --selftest          take inputs from BUNDLE_DIR/selftest/input_<i>.npy and compare the\n"
@@ -651,7 +652,21 @@ typedef struct {
     const char* ops; /* space-separated, or NULL */
     int32_t calls, first_node;
     double ms, flops, bytes;
+    int on_accel;
+    pk_accel_stats accel; /* accel kernels: one run of all its calls */
 } kernel_row;
+
+/* Adds one run's share of node n's accelerator counters (summed over its runs) to `to`. */
+static int add_accel_run(const pk_graph* g, int32_t n, pk_accel_stats* to) {
+    pk_accel_stats s;
+    if (!pk_graph_node_accel_stats(g, n, &s) || !s.runs) return 0;
+    uint64_t* t = (uint64_t*)to;
+    const uint64_t* v = (const uint64_t*)&s;
+    for (size_t k = 1; k < sizeof s / sizeof(uint64_t); k++) /* all but runs */
+        t[k] += v[k] / s.runs;
+    to->runs = 1;
+    return 1;
+}
 
 static double add_known(double sum, double v) {
     return sum < 0 || v < 0 ? -1 : sum + v;
@@ -671,8 +686,9 @@ static int32_t kernel_rows(const pk_graph* g, double* node_ms, long repeat, kern
         while (k < count && strcmp(rows[k].func, func) != 0)
             k++;
         if (k == count) {
-            rows[count++] = (kernel_row){
-                func, pk_graph_node_device(g, n), pk_graph_node_ops(g, n), 0, n, 0, 0, 0};
+            memset(&rows[count], 0, sizeof rows[count]);
+            rows[count].func = func, rows[count].device = pk_graph_node_device(g, n);
+            rows[count].ops = pk_graph_node_ops(g, n), rows[count++].first_node = n;
         }
         for (long r = 0; r < repeat; r++)
             col[r] = node_ms[(size_t)r * (size_t)nodes + (size_t)n];
@@ -680,6 +696,7 @@ static int32_t kernel_rows(const pk_graph* g, double* node_ms, long repeat, kern
         rows[k].ms += median_of(col, repeat);
         rows[k].flops = add_known(rows[k].flops, pk_graph_node_flops(g, n));
         rows[k].bytes = add_known(rows[k].bytes, pk_graph_node_bytes(g, n));
+        rows[k].on_accel |= add_accel_run(g, n, &rows[k].accel);
     }
     for (int32_t i = 1; i < count; i++) /* insertion sort: stable, slowest first */
         for (int32_t j = i; j > 0 && rows[j].ms > rows[j - 1].ms; j--) {
@@ -744,6 +761,35 @@ static void print_profile_table(const kernel_row* rows, int32_t count) {
     printf("%-*s  %-*s  %5d  %9.4f  %6.1f%%", width, label, OPS_WIDTH, "", (int)calls, total,
            100.0);
     printf(flops > 0 ? "  %14s\n" : "\n", r); /* the rate of every flop, when known */
+    for (int32_t k = 0; k < count; k++) {
+        const pk_accel_stats* a = &rows[k].accel;
+        if (!rows[k].on_accel) continue;
+        printf("accel %s: %llu cycles, gemm %.1f%%, busy/stall load %llu/%llu compute %llu/%llu "
+               "store %llu/%llu, %llu bytes loaded, %llu stored\n",
+               rows[k].func, (unsigned long long)a->cycles,
+               a->cycles ? 100.0 * (double)a->gemm_cycles / (double)a->cycles : 0,
+               (unsigned long long)a->busy[0], (unsigned long long)a->stall[0],
+               (unsigned long long)a->busy[1], (unsigned long long)a->stall[1],
+               (unsigned long long)a->busy[2], (unsigned long long)a->stall[2],
+               (unsigned long long)a->load_bytes, (unsigned long long)a->store_bytes);
+    }
+}
+
+/* An accel kernel's counters for one run, as the profile JSON's "accel" object. */
+static void json_accel(FILE* f, const pk_accel_stats* a) {
+    static const char* const modules[3] = {"load", "compute", "store"};
+    fprintf(f,
+            ", \"accel\": {\"cycles\": %llu, \"insns\": %llu, \"gemm_cycles\": %llu, "
+            "\"alu_cycles\": %llu, \"macs\": %llu, \"gemm_utilization\": %.6f, "
+            "\"load_bytes\": %llu, \"store_bytes\": %llu",
+            (unsigned long long)a->cycles, (unsigned long long)a->insns,
+            (unsigned long long)a->gemm_cycles, (unsigned long long)a->alu_cycles,
+            (unsigned long long)a->macs, a->cycles ? (double)a->gemm_cycles / (double)a->cycles : 0,
+            (unsigned long long)a->load_bytes, (unsigned long long)a->store_bytes);
+    for (int m = 0; m < 3; m++)
+        fprintf(f, ", \"%s_busy\": %llu, \"%s_stall\": %llu", modules[m],
+                (unsigned long long)a->busy[m], modules[m], (unsigned long long)a->stall[m]);
+    fputc('}', f);
 }
 
 /* The first n bytes of s (all of it when n < 0) as a JSON string. */
@@ -846,6 +892,7 @@ static void write_profile_json(FILE* f, const pk_graph* g, const char* bundle, c
         json_number(f, rate(row->flops, row->ms));
         fputs(", \"gbps\": ", f);
         json_number(f, rate(row->bytes, row->ms));
+        if (row->on_accel) json_accel(f, &row->accel);
         fputc('}', f);
     }
     fputs("\n ]}\n", f);
@@ -930,6 +977,12 @@ static int time_runs(pk_graph* g, const options* o, json_out* out) {
     return rc;
 }
 
+static int uses_accel(const pk_graph* g) {
+    for (int32_t n = 0; n < pk_graph_num_nodes(g); n++)
+        if (pk_graph_node_device(g, n) && !strcmp(pk_graph_node_device(g, n), "accel")) return 1;
+    return 0;
+}
+
 static int run(const options* o) {
     pk_graph* g;
     json_out out = {0};
@@ -940,7 +993,9 @@ static int run(const options* o) {
         close_json_out(&out, o->profile_json, 0);
         return fail(status_exit(s), "cannot load bundle '%s': %s", o->bundle, pk_last_error());
     }
-    if (pk_graph_device_name(g)) fprintf(stderr, "opencl device: %s\n", pk_graph_device_name(g));
+    if (pk_graph_device_name(g))
+        fprintf(stderr, uses_accel(g) ? "accel: %s\n" : "opencl device: %s\n",
+                pk_graph_device_name(g));
     rc = set_inputs(g, o);
     if (rc < 0 && (s = pk_graph_run(g)) != PK_OK)
         rc = fail(s == PK_ERR_KERNEL ? EXIT_BAD_INPUT : EXIT_INTERNAL, "%s%s", pk_last_error(), "");
