@@ -238,7 +238,9 @@ class _Placer:
             if isinstance(form, Form):
                 self.emit_accel(node, form)
             elif isinstance(form, str):
-                self.emit_plain(replace(node, attrs={**node.attrs, "accel_reason": form}))
+                macs = macs_of(node, self.values)
+                attrs = {**node.attrs, "accel_reason": form, "macs": macs}
+                self.emit_plain(replace(node, attrs=attrs))
             elif node.op == "qadd" and any(i in self.native for i in node.inputs):
                 self.emit_qadd(node)
             else:
@@ -321,3 +323,39 @@ class _Placer:
 def conversions(graph: Graph) -> int:
     """The layout conversion nodes placement added."""
     return sum(n.op in (PACK, UNPACK) for n in graph.nodes)
+
+
+def placement(graph: Graph) -> dict:
+    """What placement decided, from the nodes (fused ones' inner nodes too): accelerator
+    nodes and multiply-accumulates, the CPU's convs and denses with each reason counted,
+    and the layout conversions."""
+    nodes = []
+    for node in graph.nodes:
+        inner = node.attrs.get("nodes") if node.op == "fused" else None
+        nodes += [(n["op"], n["attrs"]) for n in inner] if inner else [(node.op, node.attrs)]
+    accel = [a for op, a in nodes if op in ACCEL_OPS]
+    cpu = [a for op, a in nodes if op in PLACEABLE and "accel_reason" in a]
+    reasons: dict[str, int] = {}
+    for a in cpu:
+        reasons[a["accel_reason"]] = reasons.get(a["accel_reason"], 0) + 1
+    return {
+        "accel_nodes": len(accel),
+        "nodes": len(accel) + len(cpu),
+        "accel_macs": sum(int(a["macs"]) for a in accel),
+        "macs": sum(int(a["macs"]) for a in accel + cpu),
+        "cpu_reasons": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "conversions": sum(op in (PACK, UNPACK) for op, _ in nodes),
+        "fits_checked": fits_checked(),
+    }
+
+
+def placement_line(p: dict) -> str:
+    """The build's line about the accelerator."""
+    share = 100.0 * p["accel_macs"] / p["macs"] if p["macs"] else 0.0
+    cpu = p["nodes"] - p["accel_nodes"]
+    reasons = ", ".join(f"{r} ({n})" for r, n in p["cpu_reasons"].items())
+    tail = f"; {cpu} stay on the CPU: {reasons}" if cpu else "; none stay on the CPU"
+    return (
+        f"accel: {p['accel_nodes']} of {p['nodes']} convs/dense ({share:.1f}% of "
+        f"multiply-accumulates){tail}; {p['conversions']} layout conversions"
+    )
