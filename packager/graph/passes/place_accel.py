@@ -28,9 +28,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ...ops.quantized import QRANGE
+from ...target import AccelTarget
 from ..ir import Graph, Node, Value
 from ..uses import add_const
-from .quantize import narrow_bounds
 
 ACCEL_OPS = ("accel_conv2d", "accel_dense")
 PLACEABLE = ("qconv2d", "qdense")
@@ -43,8 +44,6 @@ def place_accel(graph: Graph, ctx=None) -> Graph:
     board = ctx.board if ctx is not None else None
     if board is None or board.accel is None:
         return graph
-    from ...target import AccelTarget
-
     return _Placer(graph, AccelTarget.of(board)).run()
 
 
@@ -172,9 +171,20 @@ def _channels(node: Node, values):
         return bias, mult, sh + 32, lo, hi
     if rq.shape[0] not in (7, 9):
         return None
-    if rq.shape[0] == 7:
-        rq = narrow_bounds(rq, int(node.attrs["y_zp"]), node.attrs["out_dtype"])
-    return rq[6, :n], rq[0, :n], rq[1, :n], rq[7, :n], rq[8, :n]
+    if rq.shape[0] == 9:
+        return rq[6, :n], rq[0, :n], rq[1, :n], rq[7, :n], rq[8, :n]
+    lo, hi = _bounds_after_shift(rq[:, :n], int(node.attrs["y_zp"]), node.attrs["out_dtype"])
+    return rq[6, :n], rq[0, :n], rq[1, :n], lo, hi
+
+
+def _bounds_after_shift(rq: np.ndarray, y_zp: int, out: str):
+    """The activation's bounds (rows 3, 4: on the scaled product) moved through the
+    rounding shift, plus the zero point, within the output type: a clamp commutes with
+    a monotone shift (quantize.narrow_bounds makes the same rows)."""
+    q0, q1 = QRANGE[out]
+    rnd, shift = rq[2], rq[1]
+    lo, hi = ((np.minimum(np.maximum(((b + rnd) >> shift) + y_zp, q0), q1)) for b in rq[3:5])
+    return lo, hi
 
 
 def _params(bias, mult, shift, lo, hi, y_zp: int, target) -> np.ndarray:

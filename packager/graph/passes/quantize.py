@@ -26,9 +26,11 @@ from dataclasses import replace
 
 import numpy as np
 
+from ...target import AccelTarget
 from ..ir import Graph, Node
 from ..uses import add_const, consumers, producers
 from .pack_gemm_weights import _block
+from .place_accel import accel_obstacle
 
 _BIG = 2**62  # no activation bound
 _INT_IN = ("int8", "uint8")
@@ -49,8 +51,6 @@ def _accel_target(ctx):
     board = ctx.board if ctx is not None else None
     if board is None or board.accel is None:
         return None
-    from ...target import AccelTarget
-
     return AccelTarget.of(board)
 
 
@@ -202,8 +202,6 @@ class _Matcher:
         which has no residual input."""
         if self.accel is None:
             return False
-        from .place_accel import accel_obstacle
-
         return accel_obstacle(node, self.values, self.accel) == ""
 
     def try_conv(self, qk: int) -> None:
