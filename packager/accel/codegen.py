@@ -200,20 +200,33 @@ class _Codegen:
         del self.env[s.var]
 
     def _vthreads(self, s: For) -> None:
-        """Copies of the body, each with its own buffers, interleaved statement by
-        statement so the load module has the next copy's loads while one computes."""
-        body = s.body
-        while isinstance(body, Allocate):
-            body = body.body
-        stmts = body.stmts if isinstance(body, Seq) else [body]
+        """Copies of the body, each with its own buffers, interleaved: statement by
+        statement and, inside the loops the stream unrolls, iteration by iteration, so
+        the load module has the next copy's loads while the compute module works."""
         outer = self.vthread
-        for st in stmts:
-            for t in range(_eval(s.extent, self.env)):
-                self.env[s.var] = t
-                self.vthread = (*outer, t)
-                self.emit(st)
+        self._interleave(s.body, s.var, _eval(s.extent, self.env), outer)
         self.vthread = outer
         del self.env[s.var]
+
+    def _interleave(self, s, var, n: int, outer: tuple) -> None:
+        if isinstance(s, Allocate):
+            return self._interleave(s.body, var, n, outer)
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                self._interleave(x, var, n, outer)
+            return None
+        if isinstance(s, For) and s.kind != "virtual_thread" and self._perfect(s)[1] is None:
+            lo = _eval(s.min, self.env)
+            for i in range(lo, lo + _eval(s.extent, self.env)):
+                self.env[s.var] = i
+                self._interleave(s.body, var, n, outer)
+            del self.env[s.var]
+            return None
+        for t in range(n):
+            self.env[var] = t
+            self.vthread = (*outer, t)
+            self.emit(s)
+        return None
 
     def _perfect(self, s):
         loops = []
@@ -372,11 +385,10 @@ class _Codegen:
         if acc.buffer.scope != "accel.acc":
             raise AccelCodegenError(f"{self.prim.name}: the epilogue reads {acc.buffer.name}")
         dst = self._lane_tiles(loops, lanes, acc)
-        key = (id(st.buffer), self.vthread)
-        if key in self.base:
-            raise AccelCodegenError(f"{self.prim.name}: {st.buffer.name} is written twice")
         # the result stays where the accumulators are: the store reads it there
-        self.base[key] = self._first_tile(acc.buffer)
+        key, at = (id(st.buffer), self.vthread), self._first_tile(acc.buffer)
+        if self.base.setdefault(key, at) != at:
+            raise AccelCodegenError(f"{self.prim.name}: {st.buffer.name} has its own tiles")
         if not np.array_equal(self._lane_tiles(loops, lanes, BufferLoad(st.buffer, st.index)), dst):
             raise AccelCodegenError(f"{self.prim.name}: the epilogue moves its tiles")
         for op, operand in ops:

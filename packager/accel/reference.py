@@ -257,3 +257,42 @@ def run(program: Program, config: AccelConfig, args: list[np.ndarray]) -> None:
         if not a.flags.c_contiguous:
             raise AccelRunError(f"argument {k} is not a contiguous array")
     _Machine(program, config, list(args)).run()
+
+
+def _duration(insn: dict, c: AccelConfig) -> int:
+    op = insn["opcode"]
+    if op in (isa.LOAD, isa.STORE):
+        tile = {isa.UOP: isa.UOP_BYTES, isa.INP: c.batch * c.block_in,
+                isa.WGT: c.block_out * c.block_in, isa.ACC: 4 * c.batch * c.block_out}  # fmt: skip
+        per = c.batch * c.block_out if op == isa.STORE else tile[insn["buffer"]]
+        n = insn["y_size"] * insn["x_size"] * per
+        return c.dma_latency_cycles + -(-n // c.dma_bytes_per_cycle) + insn["y_pad_0"] + insn["y_pad_1"]
+    if op in (isa.GEMM, isa.ALU):
+        return (insn["uop_end"] - insn["uop_bgn"]) * insn["iter_out"] * insn["iter_in"] + 4
+    return 1
+
+
+def estimate_cycles(program: Program, config: AccelConfig) -> dict:
+    """The simulator's cycle model (docs/accel.md) on the program's timeline, for the
+    compiler's own comparisons: each instruction starts at the later of its module's free
+    time and the push times of the tokens it pops. {cycles, busy per module, gemm}."""
+    free = [0, 0, 0]
+    busy = [0, 0, 0]
+    gemm = 0
+    queues: dict[tuple[int, int], list[int]] = {}
+    for insn in program.insns:
+        insn = isa.decode(isa.encode(insn))
+        m = module_of(insn)
+        start = free[m]
+        for flag, other in (("pop_prev", m - 1), ("pop_next", m + 1)):
+            if insn[flag]:
+                start = max(start, queues[(other, m)].pop(0))
+        d = int(_duration(insn, config))
+        free[m] = start + d
+        busy[m] += d
+        if insn["opcode"] == isa.GEMM:
+            gemm += d
+        for flag, other in (("push_prev", m - 1), ("push_next", m + 1)):
+            if insn[flag]:
+                queues.setdefault((m, other), []).append(free[m])
+    return {"cycles": max(free), "busy": busy, "gemm_cycles": gemm}
