@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -256,3 +257,44 @@ def test_lowering_to_programs(sim):
     programs = [k for k in compiled.kernels if k.device == "accel"]
     assert all(k.program is not None and k.program.name == k.func for k in programs)
     assert all(k.program.insns[-1]["opcode"] == 4 for k in programs)  # FINISH last
+
+
+def _cli(*args) -> str:
+    r = subprocess.run(
+        [sys.executable, "-m", "packager.cli", *args], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout + r.stderr
+
+
+def test_build_writes_a_program_per_accelerator_kernel(tmp_path):
+    """`packager build` for accel-sim: kernels/program.accel holds one program per
+    accelerator kernel, every accel node of graph.json calls one of them, bundle.cmake
+    asks for the simulator, the manifest says what ran where."""
+    pytest.importorskip("packager.accel.codegen")
+    model = tmp_path / "q.onnx"
+    onnx.save(quantized_resnet("int8"), model)
+    out = _cli("build", str(model), "--board", "accel-sim", "-o", str(tmp_path / "b"))
+    assert "accel: 7 of 7 convs/dense (100.0% of multiply-accumulates)" in out
+    bundle = tmp_path / "b"
+    config, programs = read_programs((bundle / "kernels" / "program.accel").read_bytes())
+    names = {p.name for p in programs}
+    nodes = json.loads((bundle / "graph.json").read_text())["nodes"]
+    accel = [n for n in nodes if n.get("device") == "accel"]
+    assert len(accel) == 7 and {n["func"] for n in accel} == names
+    assert all(p.insns[-1]["opcode"] == 4 and p.n_args == 4 for p in programs)
+    assert (config.block_in, config.inp_depth) == (16, 2048)
+    assert "set(PK_ACCEL sim)\n" in (bundle / "bundle.cmake").read_text()
+    manifest = json.loads((bundle / "manifest.json").read_text())["accel"]
+    assert manifest["driver"] == "sim" and manifest["programs"] == len(programs)
+    assert manifest["node_calls"]["accel"] == 7
+
+
+def test_inspect_plan_shows_the_accelerator_nodes(tmp_path):
+    pytest.importorskip("packager.accel.codegen")
+    model = tmp_path / "q.onnx"
+    onnx.save(mixed_model(np.int8), model)
+    out = _cli("inspect", str(model), "--plan", "--board", "accel-sim")
+    rows = [line.split() for line in out.splitlines() if "accel_conv2d" in line]
+    assert rows and all(r[2] == "accel" for r in rows)
+    assert "accel: 2 of 6 convs/dense" in out and "grouped conv (groups 2) (1)" in out
