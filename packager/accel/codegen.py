@@ -212,8 +212,18 @@ class _Codegen:
         if isinstance(s, Allocate):
             return self._interleave(s.body, var, n, outer)
         if isinstance(s, Seq):
-            for x in s.stmts:
-                self._interleave(x, var, n, outer)
+            # consecutive statements of the same module run per thread together, so
+            # each module sees one thread's work, then the other's
+            for _, run in itertools.groupby(s.stmts, key=self._module_of_stmt):
+                run = list(run)
+                if len(run) == 1:
+                    self._interleave(run[0], var, n, outer)
+                    continue
+                for t in range(n):
+                    self.env[var] = t
+                    self.vthread = (*outer, t)
+                    for x in run:
+                        self.emit(x)
             return None
         if isinstance(s, For) and s.kind != "virtual_thread" and self._perfect(s)[1] is None:
             lo = _eval(s.min, self.env)
@@ -227,6 +237,15 @@ class _Codegen:
             self.vthread = (*outer, t)
             self.emit(s)
         return None
+
+    def _module_of_stmt(self, s) -> object:
+        """"load" / "store" for a copy nest run by that module, else a key of its own."""
+        loops, leaf = self._perfect(s) if isinstance(s, For) else ([], s)
+        if isinstance(leaf, Store) and leaf.buffer.scope in ("accel.inp", "accel.wgt"):
+            return "load"
+        if isinstance(leaf, Store) and leaf.buffer.scope == "global":
+            return "store"
+        return id(s)
 
     def _perfect(self, s):
         loops = []

@@ -156,19 +156,20 @@ def fits(op: str, attrs: dict, in_shapes: list, target: AccelTarget) -> str:
     return ""
 
 
-def choose_tiles(cfg, s: ConvShape, target: AccelTarget) -> Tiles:
-    """The tiling from the knobs (defaults: the best fitting one, two virtual threads
-    where they fit); a chosen tiling that does not fit is refused."""
+def choose_tiles(cfg, s: ConvShape, target: AccelTarget, spatial: bool = True) -> Tiles:
+    """The tiling from the knobs (tile_oc, tile_oh, tile_ow (conv only), tile_ic,
+    vthreads; defaults: the best fitting tiling, two virtual threads where they fit); a
+    chosen tiling that does not fit is refused."""
     vt_def = 2 if best_tiles(s, target, 2) is not None else 1
     vt = cfg.define("vthreads", VTHREADS, vt_def)
-    d = best_tiles(s, target, vt) or best_tiles(s, target, 1) or Tiles(1, 1, 1, 1, vt)
-    t = Tiles(
-        cfg.define_split("tile_oc", s.ob, d.tob),
-        cfg.define_split("tile_oh", s.oh, d.th),
-        cfg.define_split("tile_ow", s.ow, d.tw),
-        cfg.define_split("tile_ic", s.cb, d.tic),
-        vt,
-    )
+    d = best_tiles(s, target, vt)
+    if d is None and vt > 1:
+        raise PackagerError(f"no tiling of {s} fits the buffers with {vt} virtual threads")
+    d = d or Tiles(1, 1, 1, 1, vt)
+    tob = cfg.define_split("tile_oc", s.ob, d.tob)
+    th = cfg.define_split("tile_oh", s.oh, d.th) if spatial else 1
+    tw = cfg.define_split("tile_ow", s.ow, d.tw) if spatial else 1
+    t = Tiles(tob, th, tw, cfg.define_split("tile_ic", s.cb, d.tic), vt)
     why = misfit(s, t, target)
     if why:
         raise PackagerError(
@@ -193,7 +194,7 @@ def _schedule(ctx, s: ConvShape, data_axes: int):
     y = ctx.anchor
     if len(ctx.outs) != 1 or ctx.outs[0] is not y:
         raise PackagerError(f"{y.name}: the accelerator runs its op alone, without fused ops")
-    t = choose_tiles(ctx.cfg, s, target)
+    t = choose_tiles(ctx.cfg, s, target, spatial=data_axes > 0)
     acc = _find(y, "accel_gemm")
     sch = te.create_schedule(ctx.outs)
     xp, w = acc.op.input_tensors[:2]
