@@ -124,7 +124,8 @@ class _Codegen:
             )
         self.prog = Program(prim.name, n_args)
         self.arg_of: list[int | None] = []  # per instruction: its relocation region
-        self.uop_at: dict[tuple, int] = {}
+        self.uop_at: dict[tuple, int] = {}  # micro-op sequence -> where it starts
+        self.uop_starts: dict[tuple, list[int]] = {}  # micro-op -> where it is
         self.env: dict = {}
         self.vthread: tuple = ()
         self.base: dict = {}  # (buffer id, vthread key) -> first tile
@@ -465,8 +466,15 @@ class _Codegen:
         key = tuple(uops)
         at = self.uop_at.get(key)
         if at is None:
-            at = self.uop_at[key] = len(self.prog.uops)
+            have = self.prog.uops
+            starts = self.uop_starts.get(key[0], [])
+            at = next((k for k in starts if tuple(have[k : k + len(key)]) == key), None)
+        if at is None:
+            at = len(self.prog.uops)
+            for k, u in enumerate(uops):
+                self.uop_starts.setdefault(u, []).append(at + k)
             self.prog.uops.extend(uops)
+        self.uop_at[key] = at
         return at, at + len(uops)
 
     def _insn(self, insn: dict, arg: int | None) -> None:

@@ -156,15 +156,24 @@ def test_virtual_threads_use_disjoint_buffers_and_overlap():
     one, _ = conv(64, 64, 14, 3, 1, 1, cfg={"vthreads": 1, "tile_oc": 1, "tile_oh": 7, "tile_ow": 14, "tile_ic": 2})
     c1 = estimate_cycles(one, TARGET.config())
     c2 = estimate_cycles(prog, TARGET.config())
-    assert c2["cycles"] < c1["cycles"] - c1["busy"][0] // 2
+    # one thread: the compute module waits for every load; two: it runs nearly all
+    # the time (busy: load, compute, store)
+    assert c1["cycles"] - c1["busy"][1] > c1["busy"][0] // 3
+    assert c2["cycles"] - c2["busy"][1] < (c1["cycles"] - c1["busy"][1]) // 4
 
 
 def test_micro_ops_are_folded_and_deduplicated():
     prog, _ = conv(32, 32, 8, 3, 1, 1, cfg={"vthreads": 1, "tile_oh": 8, "tile_ow": 8, "tile_oc": 2})
     gemms = [i for i in prog.insns if i["opcode"] == isa.GEMM and not i["reset"]]
     assert all(i["iter_out"] * i["iter_in"] > 1 for i in gemms)
-    assert len(prog.uops) == len(set(prog.uops))
+    spans = [range(i["uop_bgn"], i["uop_end"]) for i in prog.insns if i["opcode"] in (isa.GEMM, isa.ALU)]
+    assert len(spans) >= 20 and len(prog.uops) == len({k for r in spans for k in r})
+    # one zeroing GEMM for the 2 x 8 x 8 tiles (8 micro-ops, 2 x 8 iterations); the
+    # immediate ADD runs the same 8 micro-ops
+    resets = [i for i in prog.insns if i["opcode"] == isa.GEMM and i["reset"]]
     alus = [i for i in prog.insns if i["opcode"] == isa.ALU]
+    assert [(i["uop_bgn"], i["uop_end"], i["iter_out"], i["iter_in"]) for i in resets] == [(0, 8, 2, 8)]
+    assert [(i["uop_bgn"], i["uop_end"]) for i in alus if i["use_imm"]] == [(0, 8)]
     # ADD, MULHI, ADD, SHR, ADD imm, MAX, MIN once per output-channel block: the
     # tile's other loops are folded
     assert [i["alu_op"] for i in alus][:7] == [isa.ADD, isa.MULHI, isa.ADD, isa.SHR, isa.ADD, isa.MAX, isa.MIN]
@@ -173,7 +182,7 @@ def test_micro_ops_are_folded_and_deduplicated():
 
 
 def test_tiling_knobs_that_do_not_fit_are_refused():
-    with pytest.raises(PackagerError, match=r"tile_oc=8 .* does not fit: wgt buffer: the tiling needs 2304 tiles"):
+    with pytest.raises(PackagerError, match=r"tile_oc=8 .* does not fit: wgt buffer: the tiling needs 1152 tiles, the accelerator has 1024"):
         conv(256, 128, 7, 3, 1, 1, cfg={"tile_oc": 8, "tile_ic": 16, "vthreads": 1})
     with pytest.raises(PackagerError, match="inp buffer"):
         conv(16, 16, 56, 3, 1, 1, cfg={"tile_oh": 56, "tile_ow": 56, "vthreads": 2})
