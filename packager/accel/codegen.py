@@ -240,7 +240,7 @@ class _Codegen:
         return None
 
     def _module_of_stmt(self, s) -> object:
-        """"load" / "store" for a copy nest run by that module, else a key of its own."""
+        """ "load" / "store" for a copy nest run by that module, else a key of its own."""
         loops, leaf = self._perfect(s) if isinstance(s, For) else ([], s)
         if isinstance(leaf, Store) and leaf.buffer.scope in ("accel.inp", "accel.wgt"):
             return "load"
@@ -320,8 +320,18 @@ class _Codegen:
         d_idx = d_idx.reshape(-1, n_rows, n_cols)
         ok = ok.reshape(-1, n_rows, n_cols)
         for k in range(s_tiles.shape[0]):
-            self._dma_2d(opcode, buf, arg, s_tiles[k], d_idx[k], ok[k], pad_value, itemsize,
-                         dram_tile_elems, sram.name)  # fmt: skip
+            self._dma_2d(
+                opcode,
+                buf,
+                arg,
+                s_tiles[k],
+                d_idx[k],
+                ok[k],
+                pad_value,
+                itemsize,
+                dram_tile_elems,
+                sram.name,
+            )
 
     def _dma_2d(self, opcode, buf, arg, s_tiles, d_idx, ok, pad_value, itemsize, elems, name):
         """One LOAD / STORE of a rows x cols block of tiles, rows of valid tiles between
@@ -382,7 +392,9 @@ class _Codegen:
         lanes = self._lanes(loops, isa.ACC)
         tiles = self._lane_tiles(loops, lanes, BufferLoad(st.buffer, st.index))
         zero = np.zeros_like(tiles)
-        self._loop_insns({"opcode": isa.GEMM, "reset": 1}, [tiles, zero, zero], ("dst", "src", "wgt"))
+        self._loop_insns(
+            {"opcode": isa.GEMM, "reset": 1}, [tiles, zero, zero], ("dst", "src", "wgt")
+        )
 
     def _lane_tiles(self, loops: list, lanes: int, load: BufferLoad) -> np.ndarray:
         grid = _tile_grid(loops, self.env)
@@ -438,7 +450,10 @@ class _Codegen:
             for k in range(m - 1)
             if shape[k] > 1
             and shape[k] < _ITER_LIMIT
-            and all(s is not None and 0 <= s[k] < _FACTOR_LIMIT[n] for s, n in zip(strides, names, strict=True))
+            and all(
+                s is not None and 0 <= s[k] < _FACTOR_LIMIT[n]
+                for s, n in zip(strides, names, strict=True)
+            )
         ]
         folds = sorted(sorted(foldable, key=lambda k: -shape[k])[:2])
         fo, fi = ([None] + folds)[-2:] if folds else (None, None)
@@ -491,8 +506,15 @@ class _Codegen:
             raise AccelCodegenError(
                 f"{prog.name}: {n_uops} micro-ops, the accelerator holds {self.target.uop_depth}"
             )
-        load_uops = {"opcode": isa.LOAD, "buffer": isa.UOP, "sram_base": 0, "dram_base": 0,
-                     "y_size": 1, "x_size": n_uops, "x_stride": n_uops}  # fmt: skip
+        load_uops = {
+            "opcode": isa.LOAD,
+            "buffer": isa.UOP,
+            "sram_base": 0,
+            "dram_base": 0,
+            "y_size": 1,
+            "x_size": n_uops,
+            "x_stride": n_uops,
+        }
         insns = ([load_uops] if n_uops else []) + prog.insns + [{"opcode": isa.FINISH}]
         args = ([UOPS] if n_uops else []) + self.arg_of + [None]
         depths = {isa.UOP: self.target.uop_depth, **self.depth}
@@ -533,9 +555,7 @@ def _alu_chain(e, name: str):
 
 
 def _is_operand(e) -> bool:
-    return isinstance(e, E.Const) or (
-        isinstance(e, BufferLoad) and e.buffer.scope == "accel.acc"
-    )
+    return isinstance(e, E.Const) or (isinstance(e, BufferLoad) and e.buffer.scope == "accel.acc")
 
 
 def _mulhi(e):

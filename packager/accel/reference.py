@@ -32,8 +32,13 @@ class _Machine:
         c = config
         self.c = c
         # every field present (absent ones are 0, as in the encoding)
-        self.prog = Program(prog.name, prog.n_args, [isa.decode(isa.encode(i)) for i in prog.insns],
-                            prog.uops, prog.relocs)  # fmt: skip
+        self.prog = Program(
+            prog.name,
+            prog.n_args,
+            [isa.decode(isa.encode(i)) for i in prog.insns],
+            prog.uops,
+            prog.relocs,
+        )
         self.bufs = {
             isa.UOP: np.zeros((c.uop_depth, 3), np.int64),
             isa.INP: np.zeros((c.inp_depth, c.batch * c.block_in), np.int8),
@@ -55,7 +60,9 @@ class _Machine:
         self.mod = np.zeros(n, np.int64)
         self.queues: dict[tuple[int, int], list[int]] = {}
         self.last_w = {b: np.full(len(a), -1, np.int64) for b, a in self.bufs.items()}
-        self.last_r = {(b, m): np.full(len(a), -1, np.int64) for b, a in self.bufs.items() for m in range(3)}  # fmt: skip
+        self.last_r = {
+            (b, m): np.full(len(a), -1, np.int64) for b, a in self.bufs.items() for m in range(3)
+        }
 
     # --- tokens and ordering ---
 
@@ -262,11 +269,20 @@ def run(program: Program, config: AccelConfig, args: list[np.ndarray]) -> None:
 def _duration(insn: dict, c: AccelConfig) -> int:
     op = insn["opcode"]
     if op in (isa.LOAD, isa.STORE):
-        tile = {isa.UOP: isa.UOP_BYTES, isa.INP: c.batch * c.block_in,
-                isa.WGT: c.block_out * c.block_in, isa.ACC: 4 * c.batch * c.block_out}  # fmt: skip
+        tile = {
+            isa.UOP: isa.UOP_BYTES,
+            isa.INP: c.batch * c.block_in,
+            isa.WGT: c.block_out * c.block_in,
+            isa.ACC: 4 * c.batch * c.block_out,
+        }
         per = c.batch * c.block_out if op == isa.STORE else tile[insn["buffer"]]
         n = insn["y_size"] * insn["x_size"] * per
-        return c.dma_latency_cycles + -(-n // c.dma_bytes_per_cycle) + insn["y_pad_0"] + insn["y_pad_1"]
+        return (
+            c.dma_latency_cycles
+            + -(-n // c.dma_bytes_per_cycle)
+            + insn["y_pad_0"]
+            + insn["y_pad_1"]
+        )
     if op in (isa.GEMM, isa.ALU):
         return (insn["uop_end"] - insn["uop_bgn"]) * insn["iter_out"] * insn["iter_in"] + 4
     return 1

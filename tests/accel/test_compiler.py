@@ -35,8 +35,7 @@ def _tensors(op: str, c: int, o: int, h: int, w: int, k: int):
 
 
 def _values(shapes, o: int, rng):
-    x, w, p = (rng.integers(-128, 128, s).astype(np.int8) for s in shapes[:2]), None, None
-    xv, wv = x
+    xv, wv = (rng.integers(-128, 128, s).astype(np.int8) for s in shapes[:2])
     pv = np.zeros(shapes[2], np.int32)
     ob = o // 16
     pv[:, 0] = rng.integers(-20000, 20000, (ob, 16))  # bias
@@ -124,7 +123,9 @@ RESNET18 = [
 ]
 
 
-@pytest.mark.parametrize("shape", RESNET18, ids=lambda s: "c{}o{}_{}x{}k{}s{}".format(*s[:3], s[2], *s[3:5]))
+@pytest.mark.parametrize(
+    "shape", RESNET18, ids=lambda s: "c{}o{}_{}x{}k{}s{}".format(*s[:3], s[2], *s[3:5])
+)
 def test_resnet18_convs_are_bit_exact_and_two_threads_are_faster(shape):
     """Both thread counts exact; on the cycle model two virtual threads take fewer cycles
     (these convs are compute-bound there, so the gain is the hidden load time)."""
@@ -148,12 +149,28 @@ def test_dense_is_bit_exact(k, o, vthreads):
 def test_virtual_threads_use_disjoint_buffers_and_overlap():
     """With two threads, the second thread's loads go to other tiles and are not made
     to wait for the first thread's GEMMs."""
-    prog, _ = conv(64, 64, 14, 3, 1, 1, cfg={"vthreads": 2, "tile_oc": 1, "tile_oh": 7, "tile_ow": 14, "tile_ic": 2})
+    prog, _ = conv(
+        64,
+        64,
+        14,
+        3,
+        1,
+        1,
+        cfg={"vthreads": 2, "tile_oc": 1, "tile_oh": 7, "tile_ow": 14, "tile_ic": 2},
+    )
     inp = [i["sram_base"] for i in prog.insns if i["opcode"] == isa.LOAD and i["buffer"] == isa.INP]
     # per thread 2 channel blocks of 9 x 16 padded tiles: thread 0 at 0, thread 1 at 288,
     # the same tiles again for every output tile
     assert sorted(set(inp)) == [0, 144, 288, 432]
-    one, _ = conv(64, 64, 14, 3, 1, 1, cfg={"vthreads": 1, "tile_oc": 1, "tile_oh": 7, "tile_ow": 14, "tile_ic": 2})
+    one, _ = conv(
+        64,
+        64,
+        14,
+        3,
+        1,
+        1,
+        cfg={"vthreads": 1, "tile_oc": 1, "tile_oh": 7, "tile_ow": 14, "tile_ic": 2},
+    )
     c1 = estimate_cycles(one, TARGET.config())
     c2 = estimate_cycles(prog, TARGET.config())
     # one thread: the compute module waits for every load; two: it runs nearly all
@@ -163,26 +180,44 @@ def test_virtual_threads_use_disjoint_buffers_and_overlap():
 
 
 def test_micro_ops_are_folded_and_deduplicated():
-    prog, _ = conv(32, 32, 8, 3, 1, 1, cfg={"vthreads": 1, "tile_oh": 8, "tile_ow": 8, "tile_oc": 2})
+    prog, _ = conv(
+        32, 32, 8, 3, 1, 1, cfg={"vthreads": 1, "tile_oh": 8, "tile_ow": 8, "tile_oc": 2}
+    )
     gemms = [i for i in prog.insns if i["opcode"] == isa.GEMM and not i["reset"]]
     assert all(i["iter_out"] * i["iter_in"] > 1 for i in gemms)
-    spans = [range(i["uop_bgn"], i["uop_end"]) for i in prog.insns if i["opcode"] in (isa.GEMM, isa.ALU)]
+    spans = [
+        range(i["uop_bgn"], i["uop_end"]) for i in prog.insns if i["opcode"] in (isa.GEMM, isa.ALU)
+    ]
     assert len(spans) >= 20 and len(prog.uops) == len({k for r in spans for k in r})
     # one zeroing GEMM for the 2 x 8 x 8 tiles (8 micro-ops, 2 x 8 iterations); the
     # immediate ADD runs the same 8 micro-ops
     resets = [i for i in prog.insns if i["opcode"] == isa.GEMM and i["reset"]]
     alus = [i for i in prog.insns if i["opcode"] == isa.ALU]
-    assert [(i["uop_bgn"], i["uop_end"], i["iter_out"], i["iter_in"]) for i in resets] == [(0, 8, 2, 8)]
+    assert [(i["uop_bgn"], i["uop_end"], i["iter_out"], i["iter_in"]) for i in resets] == [
+        (0, 8, 2, 8)
+    ]
     assert [(i["uop_bgn"], i["uop_end"]) for i in alus if i["use_imm"]] == [(0, 8)]
     # ADD, MULHI, ADD, SHR, ADD imm, MAX, MIN once per output-channel block: the
     # tile's other loops are folded
-    assert [i["alu_op"] for i in alus][:7] == [isa.ADD, isa.MULHI, isa.ADD, isa.SHR, isa.ADD, isa.MAX, isa.MIN]
+    assert [i["alu_op"] for i in alus][:7] == [
+        isa.ADD,
+        isa.MULHI,
+        isa.ADD,
+        isa.SHR,
+        isa.ADD,
+        isa.MAX,
+        isa.MIN,
+    ]
     assert [i["use_imm"] for i in alus][:7] == [0, 0, 0, 0, 1, 0, 0]
     assert alus[4]["imm"] == -3
 
 
 def test_tiling_knobs_that_do_not_fit_are_refused():
-    with pytest.raises(PackagerError, match=r"tile_oc=8 .* does not fit: wgt buffer: the tiling needs 1152 tiles, the accelerator has 1024"):
+    with pytest.raises(
+        PackagerError,
+        match=r"tile_oc=8 .* does not fit: wgt buffer: the tiling needs 1152 tiles, "
+        "the accelerator has 1024",
+    ):
         conv(256, 128, 7, 3, 1, 1, cfg={"tile_oc": 8, "tile_ic": 16, "vthreads": 1})
     with pytest.raises(PackagerError, match="inp buffer"):
         conv(16, 16, 56, 3, 1, 1, cfg={"tile_oh": 56, "tile_ow": 56, "vthreads": 2})
@@ -202,7 +237,9 @@ def test_fits_names_why_a_node_stays_on_the_cpu():
     assert fits("accel_conv2d", ok, [x, w, p], TARGET) == ""
     assert "dilation" in fits("accel_conv2d", ok | {"dilations": [2, 2]}, [x, w, p], TARGET)
     assert "batch 2" in fits("accel_conv2d", ok, [(2, *x[1:]), w, p], TARGET)
-    assert "LOAD pads at most 15" in fits("accel_conv2d", ok | {"pads": [16] * 4}, [x, w, p], TARGET)
+    assert "LOAD pads at most 15" in fits(
+        "accel_conv2d", ok | {"pads": [16] * 4}, [x, w, p], TARGET
+    )
     tiny = AccelTarget(wgt_buffer_bytes=1024)  # 4 weight tiles: a 3x3 kernel needs 9
     assert "wgt buffer" in fits("accel_conv2d", ok, [x, w, p], tiny)
     assert fits("accel_dense", {}, [(1, 32, 16), (8, 32, 16, 16), (8, 6, 16)], TARGET) == ""
@@ -213,6 +250,8 @@ def test_a_program_without_tokens_races():
     for i in prog.insns:
         for f in ("pop_prev", "pop_next", "push_prev", "push_next"):
             i[f] = 0
-    vals = _values([(1, 2, 8, 8, 16), (2, 2, 3, 3, 16, 16), (2, 6, 16)], 32, np.random.default_rng(0))
+    vals = _values(
+        [(1, 2, 8, 8, 16), (2, 2, 3, 3, 16, 16), (2, 6, 16)], 32, np.random.default_rng(0)
+    )
     with pytest.raises(AccelRunError, match="race: insn .* no token between them"):
         run(prog, TARGET.config(), [*vals, np.zeros((1, 2, 8, 8, 16), np.int8)])

@@ -14,17 +14,40 @@ FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
 
 
 def load(buf, base, n=4):
-    return {"opcode": isa.LOAD, "buffer": buf, "sram_base": base, "y_size": 1, "x_size": n, "x_stride": n}
+    return {
+        "opcode": isa.LOAD,
+        "buffer": buf,
+        "sram_base": base,
+        "y_size": 1,
+        "x_size": n,
+        "x_stride": n,
+    }
 
 
 def gemm(acc, inp, wgt, reset=0):
-    return {"opcode": isa.GEMM, "reset": reset, "uop_bgn": 0, "uop_end": 1, "iter_out": 1,
-            "iter_in": 4, "dst_factor_in": 1, "src_factor_in": 1, "wgt_factor_in": 0,
-            "_uop": (acc, inp, wgt)}  # fmt: skip
+    return {
+        "opcode": isa.GEMM,
+        "reset": reset,
+        "uop_bgn": 0,
+        "uop_end": 1,
+        "iter_out": 1,
+        "iter_in": 4,
+        "dst_factor_in": 1,
+        "src_factor_in": 1,
+        "wgt_factor_in": 0,
+        "_uop": (acc, inp, wgt),
+    }
 
 
 def store(base, n=4):
-    return {"opcode": isa.STORE, "buffer": isa.ACC, "sram_base": base, "y_size": 1, "x_size": n, "x_stride": n}
+    return {
+        "opcode": isa.STORE,
+        "buffer": isa.ACC,
+        "sram_base": base,
+        "y_size": 1,
+        "x_size": n,
+        "x_stride": n,
+    }
 
 
 def tokens(insns):
@@ -40,22 +63,38 @@ def tokens(insns):
 
 
 def test_load_compute_store_chain():
-    got = tokens([load(isa.INP, 0), load(isa.WGT, 0), gemm(0, 0, 0), store(0), {"opcode": isa.FINISH}])
+    got = tokens(
+        [load(isa.INP, 0), load(isa.WGT, 0), gemm(0, 0, 0), store(0), {"opcode": isa.FINISH}]
+    )
     # the GEMM waits for the weights (the later load), the store for the GEMM, the
     # FINISH for the store
-    assert got == {1: {"push_next"}, 2: {"pop_prev", "push_next"}, 3: {"pop_prev", "push_prev"}, 4: {"pop_next"}}
+    assert got == {
+        1: {"push_next"},
+        2: {"pop_prev", "push_next"},
+        3: {"pop_prev", "push_prev"},
+        4: {"pop_next"},
+    }
 
 
 def test_reused_buffer_waits_for_the_compute_that_read_it():
     """Write after read: the second load into the same tiles waits for the GEMM."""
-    got = tokens([load(isa.INP, 0), gemm(0, 0, 0), load(isa.INP, 0), gemm(4, 0, 0), {"opcode": isa.FINISH}])
-    assert got == {0: {"push_next"}, 1: {"pop_prev", "push_prev"}, 2: {"pop_next", "push_next"}, 3: {"pop_prev"}}
+    got = tokens(
+        [load(isa.INP, 0), gemm(0, 0, 0), load(isa.INP, 0), gemm(4, 0, 0), {"opcode": isa.FINISH}]
+    )
+    assert got == {
+        0: {"push_next"},
+        1: {"pop_prev", "push_prev"},
+        2: {"pop_next", "push_next"},
+        3: {"pop_prev"},
+    }
 
 
 def test_disjoint_halves_do_not_wait():
     """Two threads' loads into disjoint tiles: the second load waits for nobody, and
     each GEMM for its own load only."""
-    got = tokens([load(isa.INP, 0), load(isa.INP, 8), gemm(0, 0, 0), gemm(4, 8, 0), {"opcode": isa.FINISH}])
+    got = tokens(
+        [load(isa.INP, 0), load(isa.INP, 8), gemm(0, 0, 0), gemm(4, 8, 0), {"opcode": isa.FINISH}]
+    )
     assert got == {0: {"push_next"}, 1: {"push_next"}, 2: {"pop_prev"}, 3: {"pop_prev"}}
 
 
@@ -72,10 +111,24 @@ def test_one_token_covers_later_instructions_of_the_same_module():
 def test_footprint_of_a_padded_load_and_a_folded_gemm():
     ld = isa.decode(isa.encode(load(isa.INP, 10, 3) | {"y_size": 2, "y_pad_0": 1, "x_pad_1": 1}))
     assert footprint(ld, []) == ([], [(isa.INP, 10, 10 + 3 * 4 - 1)])
-    g = isa.decode(isa.encode({"opcode": isa.GEMM, "uop_bgn": 0, "uop_end": 2, "iter_out": 3, "iter_in": 1,
-                               "dst_factor_out": 5, "src_factor_out": 1, "wgt_factor_out": 2}))  # fmt: skip
+    g = isa.decode(
+        isa.encode(
+            {
+                "opcode": isa.GEMM,
+                "uop_bgn": 0,
+                "uop_end": 2,
+                "iter_out": 3,
+                "iter_in": 1,
+                "dst_factor_out": 5,
+                "src_factor_out": 1,
+                "wgt_factor_out": 2,
+            }
+        )
+    )
     reads, writes = footprint(g, [(0, 0, 0), (1, 7, 3)])
-    assert reads == [(isa.INP, 0, 9), (isa.WGT, 0, 7), (isa.ACC, 0, 11)] and writes == [(isa.ACC, 0, 11)]
+    assert reads == [(isa.INP, 0, 9), (isa.WGT, 0, 7), (isa.ACC, 0, 11)] and writes == [
+        (isa.ACC, 0, 11)
+    ]
 
 
 CONFIG = AccelConfig()
@@ -87,7 +140,9 @@ def _program(insns):
 
 def test_model_refuses_a_pop_without_an_earlier_push():
     prog = _program([{"opcode": isa.GEMM, "pop_prev": 1, "reset": 1}, {"opcode": isa.FINISH}])
-    with pytest.raises(AccelRunError, match="pop_prev pops the load->compute queue with no earlier push"):
+    with pytest.raises(
+        AccelRunError, match="pop_prev pops the load->compute queue with no earlier push"
+    ):
         run(prog, CONFIG, [])
 
 
@@ -108,8 +163,13 @@ def test_model_refuses_a_flag_naming_a_missing_neighbour():
 
 def test_model_finds_a_race_the_tokens_do_not_cover():
     """The GEMM reads tiles the load module writes, with no token: a race."""
-    prog = _program([load(isa.INP, 0), {"opcode": isa.GEMM, "uop_bgn": 0, "uop_end": 1, "iter_out": 1, "iter_in": 1},
-                     {"opcode": isa.FINISH}])  # fmt: skip
+    prog = _program(
+        [
+            load(isa.INP, 0),
+            {"opcode": isa.GEMM, "uop_bgn": 0, "uop_end": 1, "iter_out": 1, "iter_in": 1},
+            {"opcode": isa.FINISH},
+        ]
+    )
     prog.uops = [(0, 0, 0)]
     prog.relocs = [(0, 0)]
     with pytest.raises(AccelRunError, match=r"race: insn 1 \(compute\) and insn 0 \(load\)"):

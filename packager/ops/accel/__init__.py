@@ -144,7 +144,7 @@ def _unsupported(op: str, attrs: dict, in_shapes: list, target: AccelTarget) -> 
 
 
 def fits(op: str, attrs: dict, in_shapes: list, target: AccelTarget) -> str:
-    """"" when the accelerator can run the node (supported, and some tiling fits its
+    """ "" when the accelerator can run the node (supported, and some tiling fits its
     buffers), else the reason."""
     why = _unsupported(op, attrs, in_shapes, target)
     if why:
@@ -211,8 +211,8 @@ def _schedule(ctx, s: ConvShape, data_axes: int):
     ys = sch[y]
     n, ob, *sp, oi = ys.leaf_iter_vars
     factors = [t.tob, t.th, t.tw][: 1 + data_axes]
-    outer, inner = zip(*(ys.split(a, f) for a, f in zip([ob, *sp], factors, strict=True)))
-    outer = list(outer)
+    pairs = [ys.split(a, f) for a, f in zip([ob, *sp], factors, strict=True)]
+    outer, inner = [o for o, _ in pairs], [i for _, i in pairs]
     vaxis = max(
         (k for k, o in enumerate(outer) if o.extent % t.vt == 0),
         key=lambda k: outer[k].extent,
