@@ -95,6 +95,23 @@ def _full(a, shape) -> np.ndarray:
     return np.broadcast_to(np.asarray(a, dtype=np.int64), shape)
 
 
+def _merged_dims(dims: list, *arrays: np.ndarray) -> list:
+    """``dims`` with adjacent loops fused where every array steps through them as one
+    (the outer loop's stride is the inner's times its extent)."""
+    affs = [_affine(a.reshape(dims)) if dims else None for a in arrays]
+    if not dims or any(a is None for a in affs):
+        return dims
+    out = [(dims[-1], [a[1][-1] for a in affs])]
+    for k in range(len(dims) - 2, -1, -1):
+        ext, strides = out[0]
+        mine = [a[1][k] for a in affs]
+        if all(m == s * ext for m, s in zip(mine, strides, strict=True)):
+            out[0] = (ext * dims[k], strides)
+        else:
+            out.insert(0, (dims[k], mine))
+    return [e for e, _ in out]
+
+
 def _affine(arr: np.ndarray) -> tuple[int, list[int]] | None:
     """(base, stride per axis) when ``arr`` is affine in its axis indices, else None."""
     base = int(arr.flat[0]) if arr.size else 0
@@ -314,8 +331,11 @@ class _Codegen:
         s_tiles = self._first_tile(sram) + s_idx // elems
         itemsize = np.dtype(dram.buffer.dtype).itemsize
         dram_tile_elems = elems  # a DRAM tile holds the same elements, narrowed for STORE
-        n_rows = 1 if len(outer) < 2 else outer[-2][1]
-        n_cols = 1 if not outer else outer[-1][1]
+        dims = [e for _, e in outer]
+        if cond is None:  # fewer, longer transfers: each costs the DMA's latency
+            dims = _merged_dims(dims, s_tiles, d_idx // elems)
+        n_rows = 1 if len(dims) < 2 else dims[-2]
+        n_cols = 1 if not dims else dims[-1]
         s_tiles = s_tiles.reshape(-1, n_rows, n_cols)
         d_idx = d_idx.reshape(-1, n_rows, n_cols)
         ok = ok.reshape(-1, n_rows, n_cols)
