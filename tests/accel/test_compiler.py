@@ -255,3 +255,32 @@ def test_a_program_without_tokens_races():
     )
     with pytest.raises(AccelRunError, match="race: insn .* no token between them"):
         run(prog, TARGET.config(), [*vals, np.zeros((1, 2, 8, 8, 16), np.int8)])
+
+
+def test_a_quantized_resnets_accelerator_programs_are_bit_exact():
+    """Every program the accel-sim build of a small quantized ResNet gets, run on the
+    model with its node's real packed weights and parameters and random activations,
+    gives the bytes of the node's compute."""
+    from packager.boards import load_board
+    from packager.lowering import node_computes
+    from packager.package import compile_model
+    from tests.accel.test_place_accel import quantized_resnet
+
+    compiled = compile_model(quantized_resnet("uint8"), load_board("accel-sim"))
+    graph, rng, seen = compiled.graph, np.random.default_rng(3), 0
+    kernels = {k.func: k for k in compiled.kernels}
+    for node, func in zip(graph.nodes, compiled.funcs, strict=True):
+        k = kernels.get(func)
+        if k is None or k.device != "accel":
+            continue
+        vals = [graph.values[v] for v in node.inputs]
+        feeds = [
+            v.data if v.is_const else rng.integers(-128, 128, v.shape).astype(np.int8) for v in vals
+        ]
+        args, outs, _ = node_computes(node, graph)
+        (want,) = evaluate(outs, dict(zip(args, feeds, strict=True)))
+        got = np.zeros(want.shape, np.int8)
+        run(k.program, compiled.accel.config(), [np.ascontiguousarray(f) for f in feeds] + [got])
+        assert np.array_equal(got, want), node.source
+        seen += 1
+    assert seen == 7
