@@ -112,6 +112,14 @@ def _merged_dims(dims: list, *arrays: np.ndarray) -> list:
     return [e for e, _ in out]
 
 
+def _in_lane_order(idx: np.ndarray, lanes: int) -> bool:
+    """Whether the ``lanes`` innermost axes of ``idx`` step through consecutive
+    elements, row-major (a tile's elements in its order)."""
+    inner = idx.shape[idx.ndim - lanes :]
+    first = idx[(Ellipsis,) + (0,) * lanes][(Ellipsis,) + (None,) * lanes]
+    return np.array_equal(idx, first + np.arange(int(np.prod(inner))).reshape(inner))
+
+
 def _affine(arr: np.ndarray) -> tuple[int, list[int]] | None:
     """(base, stride per axis) when ``arr`` is affine in its axis indices, else None."""
     base = int(arr.flat[0]) if arr.size else 0
@@ -324,6 +332,15 @@ class _Codegen:
         s_idx = _full(_eval(sram_index, grid), shape)
         d_idx = _full(_eval(dram_index, grid), shape)
         ok = _full(_eval(cond, grid) if cond is not None else True, shape).astype(bool)
+        # pad tiles read nothing: their DRAM side is taken as in order
+        valid = np.broadcast_to(
+            ok[(Ellipsis,) + (0,) * lanes][(Ellipsis,) + (None,) * lanes], shape
+        )
+        for side in (s_idx, np.where(valid, d_idx, s_idx)):
+            if not _in_lane_order(side, lanes):
+                raise AccelCodegenError(
+                    f"{self.prim.name}: the copy of {sram.name} reorders a tile's elements"
+                )
         lane0 = (Ellipsis,) + (0,) * lanes
         s_idx, d_idx, ok = s_idx[lane0], d_idx[lane0], ok[lane0]
         if np.any(s_idx % elems):
@@ -417,17 +434,20 @@ class _Codegen:
         )
 
     def _lane_tiles(self, loops: list, lanes: int, load: BufferLoad) -> np.ndarray:
-        grid = _tile_grid(loops, self.env)
+        """Tile indices of ``load`` over the nest's loops outside its ``lanes`` innermost
+        ones, which must run over one tile's elements in order (an ALU lane reads its
+        own lane of the operand)."""
         shape = tuple(e for _, e in loops)
-        idx = _full(_eval(load.index, grid), shape)
-        lane0 = (Ellipsis,) + (0,) * lanes
-        idx = idx[lane0]
-        first = idx.reshape(-1)[:1]
+        idx = _full(_eval(load.index, _tile_grid(loops, self.env)), shape)
+        lane0 = idx[(Ellipsis,) + (0,) * lanes]
+        if not _in_lane_order(idx, lanes):
+            raise AccelCodegenError(
+                f"{self.prim.name}: {load.buffer.name} is not read lane by lane"
+            )
         n = self.tile_elems[self._buf(load.buffer)]
-        if idx.size and np.any(idx % n):
+        if np.any(lane0 % n):
             raise AccelCodegenError(f"{self.prim.name}: {load.buffer.name} is not in whole tiles")
-        del first
-        return self._first_tile(load.buffer) + idx // n
+        return self._first_tile(load.buffer) + lane0 // n
 
     def _alu(self, loops: list, st: Store) -> None:
         """The epilogue: each operation of the expression, innermost first, as ALU

@@ -284,3 +284,12 @@ def test_a_quantized_resnets_accelerator_programs_are_bit_exact():
         assert np.array_equal(got, want), node.source
         seen += 1
     assert seen == 7
+
+
+def test_programs_that_overflow_the_micro_op_buffer_are_refused():
+    small = AccelTarget(uop_buffer_bytes=64)  # 16 micro-ops
+    with pytest.raises(
+        PackagerError, match=r"accel_conv2d_k: \d+ micro-ops, the accelerator holds 16"
+    ):
+        compile_op("accel_conv2d", 32, 32, 8, 8, 3, {"vthreads": 1}, target=small,
+                   strides=[1, 1], pads=[1] * 4, x_zp=0, y_zp=0)  # fmt: skip
