@@ -120,6 +120,11 @@ def _in_lane_order(idx: np.ndarray, lanes: int) -> bool:
     return np.array_equal(idx, first + np.arange(int(np.prod(inner))).reshape(inner))
 
 
+def _steps_by_one(arr: np.ndarray) -> bool:
+    """Whether the innermost axis of ``arr`` steps by one (or has one element)."""
+    return arr.shape[-1] == 1 or bool(np.all(np.diff(arr, axis=-1) == 1))
+
+
 def _affine(arr: np.ndarray) -> tuple[int, list[int]] | None:
     """(base, stride per axis) when ``arr`` is affine in its axis indices, else None."""
     base = int(arr.flat[0]) if arr.size else 0
@@ -351,6 +356,8 @@ class _Codegen:
         dims = [e for _, e in outer]
         if cond is None:  # fewer, longer transfers: each costs the DMA's latency
             dims = _merged_dims(dims, s_tiles, d_idx // elems)
+            if dims and not _steps_by_one(d_idx.reshape(dims) // elems):
+                dims.append(1)  # strided tiles: one per row
         n_rows = 1 if len(dims) < 2 else dims[-2]
         n_cols = 1 if not dims else dims[-1]
         s_tiles = s_tiles.reshape(-1, n_rows, n_cols)

@@ -293,3 +293,11 @@ def test_programs_that_overflow_the_micro_op_buffer_are_refused():
     ):
         compile_op("accel_conv2d", 32, 32, 8, 8, 3, {"vthreads": 1}, target=small,
                    strides=[1, 1], pads=[1] * 4, x_zp=0, y_zp=0)  # fmt: skip
+
+
+def test_weights_of_several_output_blocks_for_one_input_block_load_as_rows():
+    """tile_ic 1 of 2 with 8 output blocks: the weight tiles lie 2 apart in DRAM, so one
+    LOAD of 8 rows of 1 tile, row stride 2."""
+    prog, _ = conv(32, 128, 8, 1, 1, 0, cfg={"vthreads": 1, "tile_ic": 1, "tile_oc": 8})
+    wgt = [i for i in prog.insns if i["opcode"] == isa.LOAD and i["buffer"] == isa.WGT]
+    assert {(i["y_size"], i["x_size"], i["x_stride"]) for i in wgt} == {(8, 1, 2)}
