@@ -301,3 +301,14 @@ def test_weights_of_several_output_blocks_for_one_input_block_load_as_rows():
     prog, _ = conv(32, 128, 8, 1, 1, 0, cfg={"vthreads": 1, "tile_ic": 1, "tile_oc": 8})
     wgt = [i for i in prog.insns if i["opcode"] == isa.LOAD and i["buffer"] == isa.WGT]
     assert {(i["y_size"], i["x_size"], i["x_stride"]) for i in wgt} == {(8, 1, 2)}
+
+
+@pytest.mark.parametrize("vthreads", [1, 2])
+def test_asymmetric_padding_with_stride(vthreads):
+    """pads (top 0, left 1, bottom 1, right 2), stride 2: each LOAD's pads are that
+    tile's own border."""
+    attrs = dict(strides=[2, 2], pads=[0, 1, 1, 2], x_zp=-5, y_zp=1)
+    prog, _ = check("accel_conv2d", 32, 32, 8, 8, 3, cfg={"vthreads": vthreads}, **attrs)
+    inp = [i for i in prog.insns if i["opcode"] == isa.LOAD and i["buffer"] == isa.INP]
+    assert {i["y_pad_0"] for i in inp} == {0} and {i["x_pad_0"] for i in inp} == {1}
+    assert {i["x_pad_1"] for i in inp} == {2}
