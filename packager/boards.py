@@ -6,7 +6,7 @@ The schema is data: ``SCHEMA`` is a table of ``Field`` rows, and one generic wal
 (``_check_mapping``) validates a profile against it, while ``schema_markdown()`` renders the
 same table for the docs, so the two cannot disagree. To add a key, add a row here and an
 attribute of the same name to the dataclass the row's mapping builds (``Board``,
-``Toolchain``, ``Connection``, ``Cache`` or ``OpenCL``); nothing else changes. What the
+``Toolchain``, ``Connection``, ``Cache``, ``OpenCL`` or ``Accel``); nothing else changes. What the
 compiler reads of a profile it reads through packager/target.py's ``Target``.
 
 ``python -m packager.boards [FILE...]`` rewrites the generated schema block in the given
@@ -84,6 +84,22 @@ class OpenCL:
 
 
 @dataclass(frozen=True)
+class Accel:
+    driver: str
+    clock_mhz: float
+    dma_bytes_per_cycle: float
+    dma_latency_cycles: int
+    uio_device: str | None = None
+    batch: int = 1
+    block_in: int = 16
+    block_out: int = 16
+    uop_buffer_kib: int = 32
+    inp_buffer_kib: int = 32
+    wgt_buffer_kib: int = 256
+    acc_buffer_kib: int = 128
+
+
+@dataclass(frozen=True)
 class Board:
     name: str
     description: str
@@ -98,6 +114,7 @@ class Board:
     big_cores: tuple[int, ...] = ()
     cache: Cache | None = None
     opencl: OpenCL | None = None
+    accel: Accel | None = None
     ram_mb: int | None = None
     # ``connections`` holds every way to reach the board (a pool); ``connection`` is its
     # first entry, for code that needs just one. Both empty for the local machine.
@@ -117,10 +134,11 @@ class Board:
 class Field:
     """One row of the schema.
 
-    ``type`` is ``str``, ``int``, ``bool`` or ``map``, or ``list[...]`` of one of them.
-    ``min``/``max`` bound an int, or the number of items of a list. ``fields`` are the keys
-    of a ``map`` (or of each item of a ``list[map]``) and ``make`` builds the checked mapping
-    into an object. ``excludes`` names a sibling key that may not be given alongside.
+    ``type`` is ``str``, ``int``, ``number`` (int or float), ``bool`` or ``map``, or
+    ``list[...]`` of one of them. ``min``/``max`` bound a number, or the number of items
+    of a list. ``fields`` are the keys of a ``map`` (or of each item of a ``list[map]``)
+    and ``make`` builds the checked mapping into an object. ``excludes`` names a sibling
+    key that may not be given alongside.
     ``pattern`` is a regular expression a string must match whole (``pattern_doc`` says it
     in words); ``check`` returns what is wrong with a string, or None.
     """
@@ -166,6 +184,11 @@ _SCALARS: dict[str, tuple[str, str, Callable[[Any], bool]]] = {
     "str": ("a string", "strings", lambda v: isinstance(v, str)),
     "int": ("an integer", "integers", lambda v: isinstance(v, int) and not isinstance(v, bool)),
     "bool": ("a boolean", "booleans", lambda v: isinstance(v, bool)),
+    "number": (
+        "a number",
+        "numbers",
+        lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    ),
     "map": ("a mapping", "mappings", lambda v: isinstance(v, dict)),
 }
 
@@ -276,6 +299,60 @@ OPENCL_FIELDS: tuple[Field, ...] = (
     ),
 )
 
+ACCEL_DRIVERS = ("sim", "uio")
+
+
+def _buffer_field(name: str, default: int, tile: str) -> Field:
+    return Field(
+        f"{name}_buffer_kib",
+        "int",
+        f"The {name} buffer in KiB; its depth ({tile} per entry) must fit the instruction "
+        "set's index fields (docs/accel.md).",
+        default=default,
+        min=1,
+    )
+
+
+ACCEL_FIELDS: tuple[Field, ...] = (
+    Field(
+        "driver",
+        "str",
+        "How the runtime reaches the accelerator: `sim`, the behavioural simulator "
+        "(runs anywhere), or `uio`, the board's device through Linux UIO.",
+        required=True,
+        allowed=ACCEL_DRIVERS,
+    ),
+    Field("uio_device", "str", "The UIO device of the accelerator (`/dev/uio0`); `uio` only."),
+    Field(
+        "batch",
+        "int",
+        "Rows of the GEMM core (activations per step); only 1 is supported.",
+        default=1,
+        min=1,
+    ),
+    Field("block_in", "int", "GEMM core input channels, a power of two.", default=16, min=1),
+    Field("block_out", "int", "GEMM core output channels, a power of two.", default=16, min=1),
+    _buffer_field("uop", 32, "4 bytes"),
+    _buffer_field("inp", 32, "batch x block_in bytes"),
+    _buffer_field("wgt", 256, "block_out x block_in bytes"),
+    _buffer_field("acc", 128, "batch x block_out x 4 bytes"),
+    Field("clock_mhz", "number", "Clock of the accelerator in MHz.", required=True, min=1),
+    Field(
+        "dma_bytes_per_cycle",
+        "number",
+        "DRAM bytes one LOAD or STORE moves per accelerator cycle (the cycle model's).",
+        required=True,
+        min=1,
+    ),
+    Field(
+        "dma_latency_cycles",
+        "int",
+        "Cycles from a LOAD or STORE's start to its first byte (the cycle model's).",
+        required=True,
+        min=0,
+    ),
+)
+
 SCHEMA: tuple[Field, ...] = (
     Field(
         "name",
@@ -353,6 +430,13 @@ SCHEMA: tuple[Field, ...] = (
         "The board's OpenCL GPU; absent when it has none (or it is not to be used).",
         fields=OPENCL_FIELDS,
         make=OpenCL,
+    ),
+    Field(
+        "accel",
+        "map",
+        "The board's FPGA accelerator (docs/accel.md); absent when it has none.",
+        fields=ACCEL_FIELDS,
+        make=Accel,
     ),
     Field(
         "ram_mb",
@@ -438,6 +522,8 @@ def check_board_file(path: str | os.PathLike) -> Board:
     if values["opencl"] is not None:
         _check_opencl(values["opencl"], shown)
         _check_static_opencl(values["toolchain"], shown)
+    if values["accel"] is not None:
+        _check_accel(values["accel"], shown)
     if values["connection"] is not None:
         values["connections"] = (values["connection"],)
     values["connection"] = values["connections"][0] if values["connections"] else None
@@ -498,6 +584,57 @@ def _check_static_opencl(tc: Toolchain, shown: str) -> None:
             "opens the GPU driver with dlopen, which a static executable cannot do; "
             "set link: dynamic, or remove the opencl section to run on the CPU only",
         )
+
+
+def _accel_index_bits() -> dict[str, int]:
+    """Buffer -> bits of the instruction fields that index it: a micro-op range
+    (uop_bgn) for uop, the micro-op's own fields for the others."""
+    from .accel import isa
+
+    bits = {name: width for name, width, _ in isa.UOP_FIELDS}
+    return {"uop": dict((n, w) for n, w, _ in isa.GEMM_FIELDS)["uop_bgn"], **bits}
+
+
+def _accel_tile_bytes(acc: Accel) -> dict[str, int]:
+    return {
+        "uop": 4,
+        "inp": acc.batch * acc.block_in,
+        "wgt": acc.block_out * acc.block_in,
+        "acc": acc.batch * acc.block_out * 4,
+    }
+
+
+def _check_accel(acc: Accel, shown: str) -> None:
+    """What the accel section's fields cannot say alone: block sizes are powers of two
+    (the compiler splits channels by them), the batch is 1, the driver's device is named
+    where it needs one, and every buffer's depth fits the fields that index it."""
+    if acc.batch != 1:
+        raise _error(
+            shown,
+            "accel.batch",
+            f"{acc.batch}: only batch 1 is supported (the compiler tiles one activation row "
+            "per GEMM step; conv and dense of batch-1 models are what it places)",
+        )
+    for key in ("block_in", "block_out"):
+        value = getattr(acc, key)
+        if value & (value - 1):
+            raise _error(shown, f"accel.{key}", f"{value} is not a power of two")
+    if acc.driver == "uio" and not acc.uio_device:
+        raise _error(shown, "accel.uio_device", "driver 'uio' needs the device (`/dev/uio0`)")
+    if acc.driver != "uio" and acc.uio_device:
+        raise _error(shown, "accel.uio_device", f"only for driver 'uio', not {acc.driver!r}")
+    tiles = _accel_tile_bytes(acc)
+    for name, bits in _accel_index_bits().items():
+        kib = getattr(acc, f"{name}_buffer_kib")
+        depth = kib * 1024 // tiles[name]
+        if depth > 1 << bits:
+            raise _error(
+                shown,
+                f"accel.{name}_buffer_kib",
+                f"{kib} KiB is {depth} entries of {tiles[name]} bytes, more than the "
+                f"{bits}-bit index fields of the instruction set address ({1 << bits}); "
+                f"at most {(1 << bits) * tiles[name] // 1024} KiB",
+            )
 
 
 def _profile_files() -> dict[str, Path]:
@@ -631,9 +768,9 @@ def _check_item(f: Field, type_: str, value: Any, at: str, shown: str) -> Any:
     problem = f.check(value) if f.check else None
     if problem:
         raise _error(shown, at, problem)
-    if type_ == "int" and f.min is not None and value < f.min:
+    if type_ in ("int", "number") and f.min is not None and value < f.min:
         raise _error(shown, at, f"{value} is less than the minimum {f.min}")
-    if type_ == "int" and f.max is not None and value > f.max:
+    if type_ in ("int", "number") and f.max is not None and value > f.max:
         raise _error(shown, at, f"{value} is more than the maximum {f.max}")
     return value
 

@@ -31,7 +31,7 @@ from .safe_paths import check_bundle_output, remove_quietly, signals_held
 from .tune.features import flop_count
 
 C_RUNTIME = resources.c_runtime()
-RUNTIME_PARTS = ("include", "src", "tools", "CMakeLists.txt")
+RUNTIME_PARTS = ("include", "src", "tools", "accel", "CMakeLists.txt")
 
 
 def graph_json(
@@ -204,18 +204,33 @@ def opencl_program(kernels: list[Kernel]) -> str:
     return render_program(prims) if prims else ""
 
 
+def accel_program(compiled) -> bytes:
+    """kernels/program.accel: every accelerator kernel's program, by function name, with
+    the accelerator's config (b"" if none)."""
+    from .accel.program import write_programs
+
+    accel = sorted((k for k in compiled.kernels if k.device == "accel"), key=lambda k: k.func)
+    if not accel:
+        return b""
+    return write_programs([k.program for k in accel], compiled.accel.config())
+
+
 def runtime_settings(compiled) -> str:
     """bundle.cmake: the runtime's build settings from the board profile."""
     pins = ",".join(str(c) for c in compiled.pin_cores)
     opencl = any(k.device == "opencl" for k in compiled.kernels)
+    accel = any(k.device == "accel" for k in compiled.kernels)
     return (
         "# Runtime settings from the board profile, read by CMakeLists.txt (and by the\n"
         "# packager's own builds). PK_NUM_THREADS 1 builds without pthreads; PK_OPENCL ON\n"
-        "# builds the OpenCL backend (the bundle has OpenCL kernels); PK_STATIC ON links\n"
-        "# run_bundle with -static (the profile's toolchain.link).\n"
+        "# builds the OpenCL backend (the bundle has OpenCL kernels); PK_ACCEL sim or uio\n"
+        "# builds the accelerator backend with that driver (the bundle has\n"
+        "# kernels/program.accel); PK_STATIC ON links run_bundle with -static (the\n"
+        "# profile's toolchain.link).\n"
         f"set(PK_NUM_THREADS {compiled.threads})\n"
         f'set(PK_PIN_CORES "{pins}")\n'
         + ("set(PK_OPENCL ON)\n" if opencl else "")
+        + (f"set(PK_ACCEL {compiled.accel.driver})\n" if accel else "")
         + ("set(PK_STATIC ON)\n" if compiled.static else "")
     )
 
@@ -302,6 +317,9 @@ def write_bundle_files(
     if program:
         (root / "kernels" / "program.cl").write_text(program)
     (root / "kernels" / "registry.c").write_text(registry_source(kernels, program))
+    programs = accel_program(compiled)
+    if programs:
+        (root / "kernels" / "program.accel").write_bytes(programs)
     devices = {k.func: k.device for k in kernels if k.device != "cpu"}
     gj = graph_json(graph, compiled.funcs, compiled.plan, devices, kernel_flops(kernels))
     _write_json(root / "graph.json", gj)

@@ -104,6 +104,7 @@ def inspect_plan(args) -> int:
     from .boards import load_board
     from .frontend.importer import freeze_inputs, load_model
     from .graph import plan_report
+    from .graph.passes.place_accel import placement_line
     from .package import compile_model
 
     if args.plan_png:
@@ -113,10 +114,13 @@ def inspect_plan(args) -> int:
     c = compile_model(model, board, input_shapes(args), args.model)
     if args.plan:
         gpu = board.opencl is not None
-        placement = {k.func: (k.device, k.cpu_reason) for k in c.kernels} if gpu else None
+        devices = gpu or board.accel is not None
+        placement = {k.func: (k.device, k.cpu_reason) for k in c.kernels} if devices else None
         if placement is not None:  # a control-flow node calls no kernel ("")
             placement[""] = ("cpu", "subgraphs run on the CPU (OpenCL is for the top graph)")
-        print(plan_report.render(c.graph, c.plan, c.funcs, len(c.kernels), placement))
+        print(plan_report.render(c.graph, c.plan, c.funcs, len(c.kernels), placement, gpu))
+        if c.placement is not None:  # the accelerator's share, and why the rest is not there
+            print(f"\n{placement_line(c.placement)}")
     if args.plan_png:
         write_bytes_atomic(Path(args.plan_png), plan_report.plan_png(c.graph, c.plan))
         print(f"wrote {args.plan_png}")

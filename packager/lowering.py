@@ -40,8 +40,10 @@ class Kernel:
     # One "dtype[d0,d1,...]" per argument (inputs, then outputs): the runtime checks every
     # node calling the function against it (docs/bundle-format.md, Kernels).
     signature: tuple[str, ...] = ()
-    device: str = "cpu"  # the family it runs on: cpu | opencl
+    device: str = "cpu"  # the family it runs on: cpu | opencl | accel
     launch: Launch | None = None  # opencl: work sizes
+    # accel: the accelerator's program (packager/accel/program.py), named ``func``
+    program: object | None = field(default=None, repr=False, compare=False)
     prim: PrimFunc | None = field(default=None, repr=False, compare=False)
     # Why a node that could have run on the board's GPU runs on the CPU ("" otherwise).
     cpu_reason: str = ""
@@ -121,6 +123,8 @@ def schedule_for(outs, anchor, target: Target | None = None, knobs: dict | None 
     op, attrs, tensor = anchor
     template = get_op(op).schedules.get(target.family) if op else None
     if template is None:
+        if target.family not in GENERIC:
+            raise PackagerError(f"{op or 'this kernel'} has no schedule for {target.family}")
         return GENERIC[target.family](outs, target)
     return template(ScheduleContext(outs, tensor, attrs, Config(dict(knobs or {})), target))
 
@@ -151,6 +155,33 @@ def lower_node(
     return Kernel(func, source, node.op, signature, "opencl", launch, prim)
 
 
+# Ops the accelerator runs, each node one program (graph/passes/place_accel.py).
+ACCEL_OPS = ("accel_conv2d", "accel_dense")
+
+
+def lower_accel(node: Node, graph: Graph, func: str, target: Target, knobs=None) -> Kernel:
+    """The node as a program of the board's accelerator: its accel schedule, lowered,
+    through the accelerator's code generator (one argument per input and output)."""
+    try:
+        from .accel.codegen import codegen_accel
+    except ImportError as e:
+        raise PackagerError(
+            f"node '{node.source}' ({node.op}): the accelerator's code generator is "
+            f"missing from this packager ({e})"
+        ) from e
+    with te.fresh_names():
+        args, outs, anchor = node_computes(node, graph)
+    values = [graph.values[n] for n in [*node.inputs, *node.outputs]]
+    signature = tuple(arg_signature(v.shape, v.dtype) for v in values)
+    try:
+        prim = te.lower(schedule_for(outs, anchor, target, knobs), args + outs, func)
+        program = codegen_accel(prim, target, len(args) + len(outs))
+    except (PackagerError, ValueError, NotImplementedError) as e:
+        raise PackagerError(f"node '{node.source}' ({node.op}): accelerator: {e}") from e
+    program.name = func  # the runtime finds a node's program by its function's name
+    return Kernel(func, "", node.op, signature, "accel", prim=prim, program=program)
+
+
 def gpu_obstacle(node: Node, graph: Graph) -> str:
     """Why the node cannot run on a GPU whatever its schedule ("" when it can)."""
     for n in [*node.inputs, *node.outputs]:
@@ -164,9 +195,14 @@ def place_node(node, graph, func, targets, inplace=(), knobs_for=None) -> Kernel
     one) whose lowering takes it; a node the GPU cannot take runs on the CPU, with the
     reason recorded in the kernel. ``knobs_for(target)``: tuned knobs of the node's
     kernel on that target, or None for its template's defaults (a tuned setting the GPU
-    refuses falls back to the defaults there)."""
-    *gpus, cpu = targets
+    refuses falls back to the defaults there). An accelerator op goes to the board's
+    accel target when ``targets`` has one, else to the CPU (its generic schedule)."""
+    *others, cpu = targets
     knobs_for = knobs_for or (lambda target: None)
+    accel = [t for t in others if t.family == "accel"]
+    if node.op in ACCEL_OPS and accel:
+        return lower_accel(node, graph, func, accel[0], knobs_for(accel[0]))
+    gpus = [t for t in others if t.family != "accel"]
     reason = ""
     for gpu in gpus:
         reason = gpu_obstacle(node, graph)
@@ -190,13 +226,15 @@ def lower_graph(
     progress=None,
     knobs_for=None,
     gpu: Target | None = None,
+    accel: Target | None = None,
 ) -> tuple[list[Kernel], list[str]]:
     """Kernels (unique) and, per node, the name of the function it calls. ``knobs_for(key,
     node, graph, inplace, target)``: tuned knobs for a kernel on that target, or None for
     the template's defaults.
-    With a ``gpu`` target each node runs there when it can, else on ``target``."""
+    With a ``gpu`` target each node runs there when it can, else on ``target``; with an
+    ``accel`` target the accelerator's ops run there."""
     by_key: dict[str, Kernel] = {}
-    targets = [t for t in (gpu, target or CpuTarget()) if t is not None]
+    targets = [t for t in (gpu, accel, target or CpuTarget()) if t is not None]
     funcs = _lower_into(graph, plan, by_key, targets, progress, knobs_for)
     return list(by_key.values()), funcs
 

@@ -81,6 +81,27 @@ def opencl_flags(bundle: Path) -> list[str]:
     return ["-DPK_OPENCL", "-DCL_TARGET_OPENCL_VERSION=120"] if opencl_enabled(bundle) else []
 
 
+def accel_driver(bundle: Path) -> str | None:
+    """The accelerator driver bundle.cmake asks for (``set(PK_ACCEL sim)``), else None."""
+    path = bundle / "bundle.cmake"
+    found = re.search(r"set\(PK_ACCEL (sim|uio)\)", path.read_text()) if path.exists() else None
+    return found.group(1) if found else None
+
+
+def accel_parts(bundle: Path) -> tuple[list[Path], list[str], list[Path]]:
+    """(sources, defines, include dirs) the runtime's accelerator backend adds, as
+    CMakeLists.txt adds them: the backend and the driver's sources (the simulator's or
+    the board's UIO one; the other driver's files are left out)."""
+    driver = accel_driver(bundle)
+    if driver is None:
+        return [], [], []
+    rt = bundle / "runtime"
+    other = "uio" if driver == "sim" else "sim"
+    drivers = [p for p in sorted((rt / "accel").glob("*.c")) if f"_{other}" not in p.name]
+    defines = ["-DPK_ACCEL"] + (["-DPK_ACCEL_UIO"] if driver == "uio" else [])
+    return [rt / "src" / "backends" / "pk_accel.c", *drivers], defines, [rt / "accel"]
+
+
 def static_enabled(bundle: Path) -> bool:
     """Whether bundle.cmake asks for a static run_bundle (``set(PK_STATIC ON)``)."""
     path = bundle / "bundle.cmake"
@@ -118,14 +139,16 @@ def link_args(bundle: Path) -> list[str]:
 def build_run_bundle(bundle: Path, cc: str = "cc", cflags=CFLAGS, jobs: int | None = None) -> Path:
     """Compile the bundle's kernels and runtime and link ``bundle/build/run_bundle``."""
     rt = bundle / "runtime"
-    includes = [rt / "include", rt / "src"]
+    accel_sources, accel_defines, accel_includes = accel_parts(bundle)
+    includes = [rt / "include", rt / "src", *accel_includes]
     salt = _headers_digest(includes)
     sources = sorted((bundle / "kernels").glob("*.c")) + sorted((rt / "src").glob("*.c"))
     sources += sorted((rt / "tools").glob("*.c"))
     libs = link_args(bundle)
     if opencl_enabled(bundle):
-        sources += sorted((rt / "src" / "backends").glob("*.c"))
-    flags = list(cflags) + thread_flags(bundle) + opencl_flags(bundle)
+        sources += [rt / "src" / "backends" / "pk_opencl.c"]
+    sources += accel_sources
+    flags = list(cflags) + thread_flags(bundle) + opencl_flags(bundle) + accel_defines
     with ThreadPoolExecutor(jobs or os.cpu_count() or 2) as pool:
         objs = list(pool.map(lambda s: compile_object(s, cc, flags, includes, salt), sources))
     out = bundle / "build"

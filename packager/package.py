@@ -19,11 +19,12 @@ from .frontend.importer import freeze_inputs, import_onnx, load_model
 from .graph import conv_algorithms
 from .graph.ir import Graph
 from .graph.memory import MemoryPlan, plan_memory
+from .graph.passes.place_accel import placement, placement_line
 from .graph.pipeline import PassContext, optimize
 from .lowering import Kernel, lower_graph
 from .reference import random_input, run_reference
 from .safe_paths import check_bundle_output
-from .target import Target, targets_of
+from .target import AccelTarget, Target, targets_of
 from .toolchain import FILE_NAME, toolchain_file, wants_toolchain_file
 
 REFERENCE_NAMES = "onnxruntime, else onnx's reference evaluator"
@@ -44,6 +45,10 @@ class Compiled:
     # most they were allowed to add (None: no limit; conv_algorithms.filter_budget)
     winograd_extra_bytes: int = 0
     winograd_budget_bytes: int | None = None
+    # the board's accelerator (target.AccelTarget), None without one; and what placement
+    # put there (graph/passes/place_accel.placement)
+    accel: Target | None = None
+    placement: dict | None = None
 
 
 def prepare_graph(
@@ -73,11 +78,13 @@ def compile_model(
     tuning=None,
     conv_algorithm: str | None = None,
     progress=None,
+    accel_on_cpu: bool = False,
 ) -> Compiled:
     """``tuning``: a tune.apply.Tuning whose best records replace template defaults and
     choose each conv's algorithm; ``conv_algorithm`` forces one wherever it applies
     (else, without records, conv_algorithms.default_algorithm decides). ``progress(what,
-    done, total)`` hears of each node lowered."""
+    done, total)`` hears of each node lowered. ``accel_on_cpu``: the accelerator's nodes
+    (placed as for the board) run on the CPU, the same bytes (for checking them)."""
     say = log or (lambda msg: None)
     graph, plan = prepare_graph(model, board, input_shapes, path, disabled_passes, say)
     gpu = Target.opencl(board) if board is not None and board.opencl is not None else None
@@ -97,6 +104,9 @@ def compile_model(
         graph, plan = chosen, plan_memory(chosen)
     extra = sum(v.nbytes for v in graph.consts()) - weights
     target = Target.cpu(board or _host())
+    has_accel = board is not None and board.accel is not None
+    accel = AccelTarget.of(board) if has_accel else None
+    placed = placement(graph) if has_accel else None
     kernels, funcs = lower_graph(
         graph,
         plan,
@@ -106,13 +116,17 @@ def compile_model(
         else None,
         knobs_for=tuning.knobs_for if tuning else None,
         gpu=gpu,
+        accel=None if accel_on_cpu else accel,
     )
     if gpu is not None:
         say(placement_summary(kernels, funcs))
+    if placed is not None:
+        say(placement_line(placed))
     static = board is not None and board.toolchain.static
     return Compiled(
-        graph, plan, kernels, funcs, target.cores, target.big_cores, static, extra, budget
-    )
+        graph, plan, kernels, funcs, target.cores, target.big_cores, static, extra, budget,
+        accel, placed,
+    )  # fmt: skip
 
 
 def placement_summary(kernels: list[Kernel], funcs: list[str]) -> str:
@@ -122,6 +136,23 @@ def placement_summary(kernels: list[Kernel], funcs: list[str]) -> str:
     cpu_ops = sorted({k.op for k in kernels if k.device == "cpu"})
     tail = f"; on the CPU: {', '.join(cpu_ops)}" if cpu_ops else ""
     return f"{on_gpu} of {len(funcs)} kernel calls run on the GPU (OpenCL){tail}"
+
+
+def accel_manifest(compiled: Compiled) -> dict:
+    """manifest.json's ``accel``: the accelerator target, the driver the runtime uses,
+    what placement put where, and the kernels and node calls on each device."""
+    devices = {k.func: k.device for k in compiled.kernels}
+    calls: dict[str, int] = {}
+    for f in compiled.funcs:
+        if f:
+            calls[devices[f]] = calls.get(devices[f], 0) + 1
+    return {
+        "target": compiled.accel.fingerprint(),
+        "driver": compiled.accel.driver,
+        "placement": compiled.placement,
+        "node_calls": dict(sorted(calls.items())),
+        "programs": sum(k.device == "accel" for k in compiled.kernels),
+    }
 
 
 def memory_bytes(board: Board) -> int | None:
@@ -226,6 +257,7 @@ def package(
         "model": {"file": Path(model_path).name, "sha256": _sha256(model_path)},
         "board": {"name": board.name, "arch": board.arch, "cpu": board.cpu},
         "targets": [t.fingerprint() for t in targets_of(board)],
+        **({"accel": accel_manifest(compiled)} if compiled.accel is not None else {}),
         "tuning": tuning.summary(),
         "input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
         # inputs frozen to constants at package time (--input-value): no longer inputs
@@ -274,7 +306,9 @@ def build_summary(
         params = f"params {_mb(memory['params_bytes'])} (Winograd filters +{_mb(winograd_extra)})"
     return (
         f"built {out} in {seconds:.1f}s: {len(kernels)} kernels "
-        f"({devices.count('cpu')} cpu, {devices.count('opencl')} opencl), "
+        f"({devices.count('cpu')} cpu, {devices.count('opencl')} opencl"
+        + (f", {devices.count('accel')} accel" if "accel" in devices else "")
+        + "), "
         f"{params}, arena {_mb(memory['arena_bytes'])}, "
         f"peak memory ~{_mb(memory['peak_bytes'])}"
     )

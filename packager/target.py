@@ -13,7 +13,7 @@ what its fields mean):
   bytes, clock_mhz, dma_bytes_per_cycle, dma_latency_cycles (docs/accel.md).
 
 A board always has its cpu target; it has an opencl one when its profile has an
-``opencl`` section (``targets_of``).
+``opencl`` section, an accel one when it has an ``accel`` section (``targets_of``).
 """
 
 from __future__ import annotations
@@ -194,7 +194,24 @@ class AccelTarget(Target):
 
     @classmethod
     def of(cls, board: Board) -> AccelTarget:
-        raise PackagerError(f"board {board.name!r}: accel targets are not supported yet")
+        """The board's accelerator; PackagerError when its profile has no accel section."""
+        a = board.accel
+        if a is None:
+            raise PackagerError(f"board {board.name!r} has no accelerator (no 'accel' section)")
+        return cls(
+            board=board.name,
+            driver=a.driver,
+            batch=a.batch,
+            block_in=a.block_in,
+            block_out=a.block_out,
+            uop_buffer_bytes=a.uop_buffer_kib * KIB,
+            inp_buffer_bytes=a.inp_buffer_kib * KIB,
+            wgt_buffer_bytes=a.wgt_buffer_kib * KIB,
+            acc_buffer_bytes=a.acc_buffer_kib * KIB,
+            clock_mhz=float(a.clock_mhz),
+            dma_bytes_per_cycle=float(a.dma_bytes_per_cycle),
+            dma_latency_cycles=a.dma_latency_cycles,
+        )
 
     def fingerprint(self) -> dict:
         return {
@@ -261,9 +278,11 @@ FAMILIES: dict[str, type[Target]] = {t.family: t for t in (CpuTarget, OpenCLTarg
 
 
 def targets_of(board: Board) -> tuple[Target, ...]:
-    """Every target the board offers: its CPU, then its OpenCL GPU when the profile has one."""
+    """Every target the board offers: its CPU, then its OpenCL GPU and its accelerator
+    where the profile has them."""
     gpu = (OpenCLTarget.of(board),) if board.opencl is not None else ()
-    return (CpuTarget.of(board), *gpu)
+    accel = (AccelTarget.of(board),) if board.accel is not None else ()
+    return (CpuTarget.of(board), *gpu, *accel)
 
 
 def _bytes(kib: int | None) -> int | None:

@@ -323,8 +323,9 @@ def test_docs_example_is_a_valid_profile(profiles):
     assert board.connection.host == "rpi4.local"
 
 
-# the local machine (with or without its OpenCL device) and the emulated boards are not real
-REAL_BOARDS = [n for n in SHIPPED if not n.startswith(("host", "qemu-"))]
+# the local machine (with or without its OpenCL device or a simulated accelerator) and the
+# emulated boards are not real
+REAL_BOARDS = [n for n in SHIPPED if not n.startswith(("host", "qemu-", "accel-sim"))]
 
 
 @pytest.mark.parametrize("name", REAL_BOARDS)

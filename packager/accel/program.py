@@ -20,7 +20,7 @@ VERSION = 1
 NAME_BYTES = 64
 CONFIG = struct.Struct("<8I2d")  # batch .. dma_latency_cycles, clock_mhz, dma_bytes_per_cycle
 HEADER = struct.Struct("<8sII")
-ENTRY = struct.Struct(f"<{NAME_BYTES}s4IQ")
+ENTRY = struct.Struct(f"<{NAME_BYTES}s4IQ8x")  # 96 bytes: 8 reserved at the end
 RELOC = struct.Struct("<Ii")
 
 

@@ -12,9 +12,15 @@ from .ir import Node
 RANK = {kind: k for k, kind in enumerate(PATTERNS)}
 
 
+# Each runs as one program on the accelerator: nothing fuses into or around it.
+ALONE = ("accel_conv2d", "accel_dense")
+
+
 def pattern_of(node: Node) -> str:
     if node.op == "fused":
         return node.attrs["pattern"]
+    if node.op in ALONE:
+        return "opaque"
     return get_op(node.op).pattern
 
 

@@ -23,6 +23,7 @@ from .passes.fuse_shuffle import fuse_shuffle
 from .passes.int8_layout import int8_layout
 from .passes.layout import layout_pass
 from .passes.pack_gemm_weights import pack_gemm_weights
+from .passes.place_accel import place_accel
 from .passes.pow_by_constant import pow_by_constant
 from .passes.quantize import quantize
 from .passes.remove_identity import remove_identity
@@ -52,6 +53,7 @@ PASSES: list[tuple[str, object]] = [
     ("sink_transpose", sink_transpose),  # transposes through slices/elementwise ops
     ("fold_transpose", fold_transpose),
     ("fuse_attention", fuse_attention),  # after fold_transpose: Q, K^T, V carry their perms
+    ("place_accel", place_accel),  # integer convs to the board's accelerator, if it has one
     ("dce", dce),
     ("int8_layout", int8_layout),  # after dce: a value's readers are final
     ("layout", layout_pass),  # after folding (weights are final), before fusion

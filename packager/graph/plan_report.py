@@ -98,10 +98,16 @@ def _ratio(a: int, b: int) -> str:
 
 
 def render(
-    graph: Graph, plan: MemoryPlan, funcs: list[str], num_kernels: int, placement=None
+    graph: Graph,
+    plan: MemoryPlan,
+    funcs: list[str],
+    num_kernels: int,
+    placement=None,
+    gpu_lines: bool = True,
 ) -> str:
     """The text ``packager inspect --plan`` prints. ``placement``: function -> (device,
-    why it is not on the GPU) for a board with a GPU: a device column, and the reasons."""
+    why it is not on the GPU) for a board with a GPU or an accelerator: a device column,
+    and (``gpu_lines``) the reasons kernels are not on the GPU."""
     rows = kernel_rows(graph, funcs)
     headers = ["step", "kernel", "ops", "inputs", "outputs"]
     if placement:
@@ -117,7 +123,7 @@ def render(
     stats = plan_stats(graph, plan, num_kernels)
     parts = ["kernels:", kernels, "", "memory plan (arena tensors; steps are kernel calls):"]
     parts += [memory, "", *totals(stats)]
-    if placement:
+    if placement and gpu_lines:
         parts += ["", *placement_lines(funcs, placement)]
     return "\n".join(parts)
 

@@ -8,7 +8,8 @@ local buffer covering the region bound inference finds, addressed relative to th
 region's base. Reductions store the identity, then update in place. Non-argument
 root stages get a whole-tensor temporary. A final pass simplifies every
 expression with the ranges of all loops and hoists constant-size allocations out
-of serial loops (up to the nearest parallel loop, so threads keep private copies).
+of serial loops (up to the nearest parallel or virtual-thread loop, so threads keep
+private copies).
 """
 
 from __future__ import annotations
@@ -288,7 +289,8 @@ class _Lowering:
             for j, prod in enumerate(prods):
                 region = regions[j]
                 shape = tuple(e for _, e in region)
-                scope = "shared" if prod.scope == "shared" else "local"
+                # a stage cached in a named scope (shared, accel.inp, ...) keeps it
+                scope = "local" if prod.scope == "global" else prod.scope
                 buf = self._bind(prod.tensor, tuple(b for b, _ in region), shape, scope)
                 nests, bufs = out.setdefault(id(iv), ([], []))
                 nests.append(self.stage_nest(prod, region))
@@ -412,7 +414,7 @@ class _Hoist(StmtMutator):
         return self.visit(s.body)
 
     def visit_For(self, s: For) -> Stmt:
-        if s.kind not in ("parallel", "thread_binding"):
+        if s.kind not in ("parallel", "thread_binding", "virtual_thread"):
             return self.generic_visit(s)
         outside, self.lifted = self.lifted, []
         body = _allocate(self.lifted, self.visit(s.body))

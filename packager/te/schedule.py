@@ -151,6 +151,14 @@ class Stage:
             raise ValueError("parallel on a reduction axis would race on the output")
         self._annotate(iv, "parallel")
 
+    def virtual_thread(self, iv: IterVar) -> None:
+        """Run the iterations of leaf ``iv`` as interleaved copies of its body, each
+        with its own copy of the buffers allocated inside (lowering keeps them inside
+        the loop), so an accelerator loads one copy's data while it computes another's."""
+        if iv.kind == "reduce":
+            raise ValueError("virtual_thread on a reduction axis would race on the output")
+        self._annotate(iv, "virtual_thread")
+
     def bind(self, iv: IterVar, thread_tag: str) -> None:
         """Bind a leaf to a GPU grid axis (blockIdx.x, threadIdx.y, ...)."""
         self._annotate(iv, "thread_binding")

@@ -26,9 +26,11 @@ from dataclasses import replace
 
 import numpy as np
 
+from ...target import AccelTarget
 from ..ir import Graph, Node
 from ..uses import add_const, consumers, producers
 from .pack_gemm_weights import _block
+from .place_accel import accel_obstacle
 
 _BIG = 2**62  # no activation bound
 _INT_IN = ("int8", "uint8")
@@ -37,16 +39,25 @@ _QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 
 def quantize(graph: Graph, ctx=None) -> Graph:
     lanes = max(_block(ctx), 1) if ctx is not None else 4
-    m = _Matcher(graph, lanes)
+    m = _Matcher(graph, lanes, _accel_target(ctx))
     for k, node in enumerate(graph.nodes):
         if node.op == "quantize_linear":
             m.try_chain(k)
     return m.result()
 
 
+def _accel_target(ctx):
+    """The board's accelerator target, None where it has none."""
+    board = ctx.board if ctx is not None else None
+    if board is None or board.accel is None:
+        return None
+    return AccelTarget.of(board)
+
+
 class _Matcher:
-    def __init__(self, graph: Graph, lanes: int):
+    def __init__(self, graph: Graph, lanes: int, accel=None):
         self.graph = graph
+        self.accel = accel  # the board's accelerator: its convs keep their adds apart
         self.values = dict(graph.values)
         self.lanes = lanes
         self.prod = producers(graph)
@@ -172,6 +183,8 @@ class _Matcher:
             conv = self.replaced.get(kq)
             if conv is None or len(conv.inputs) != 3 or not self.private(name):
                 continue
+            if self.on_accel(conv):  # the add runs on the CPU, the same bytes
+                continue
             if not self.private(add.inputs[mine]):
                 continue
             attrs = add_attrs(sides[mine], sides[other], yq, act, q.attrs["dtype"])
@@ -183,6 +196,13 @@ class _Matcher:
                 attrs=conv.attrs | {f"add_{k}": v for k, v in attrs.items()},
             )
         return None
+
+    def on_accel(self, node: Node) -> bool:
+        """Whether placement (place_accel) will put ``node`` on the board's accelerator,
+        which has no residual input."""
+        if self.accel is None:
+            return False
+        return accel_obstacle(node, self.values, self.accel) == ""
 
     def try_conv(self, qk: int) -> None:
         q = self.graph.nodes[qk]
