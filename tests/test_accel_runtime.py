@@ -181,8 +181,8 @@ def test_run_bundle_accel_profile(accel_bundle, tmp_path):
     # 16 int8 out; 256 multiply-accumulates
     assert a["insns"] == 7 and a["macs"] == 256
     assert a["load_bytes"] == 4 + 16 + 256 and a["store_bytes"] == 16
-    assert a["cycles"] > 0 and 0 < a["gemm_utilization"] <= 1
-    assert a["gemm_utilization"] == pytest.approx(a["gemm_cycles"] / a["cycles"], abs=1e-6)
+    assert a["cycles"] > 0 and 0 < a["gemm_utilisation"] <= 1
+    assert a["gemm_utilisation"] == pytest.approx(a["gemm_cycles"] / a["cycles"], abs=1e-6)
     assert all(a[f"{m}_busy"] > 0 for m in ("load", "compute", "store"))
     line = next(s for s in r.stdout.splitlines() if s.startswith("accel k_1_accel_dense: "))
     assert f"{a['cycles']} cycles" in line and "276 bytes loaded, 16 stored" in line

@@ -780,7 +780,7 @@ static void json_accel(FILE* f, const pk_accel_stats* a) {
     static const char* const modules[3] = {"load", "compute", "store"};
     fprintf(f,
             ", \"accel\": {\"cycles\": %llu, \"insns\": %llu, \"gemm_cycles\": %llu, "
-            "\"alu_cycles\": %llu, \"macs\": %llu, \"gemm_utilization\": %.6f, "
+            "\"alu_cycles\": %llu, \"macs\": %llu, \"gemm_utilisation\": %.6f, "
             "\"load_bytes\": %llu, \"store_bytes\": %llu",
             (unsigned long long)a->cycles, (unsigned long long)a->insns,
             (unsigned long long)a->gemm_cycles, (unsigned long long)a->alu_cycles,

@@ -57,6 +57,13 @@ class ConvShape:
     oh: int
     ow: int
 
+    def __str__(self) -> str:
+        return (
+            f"{self.cb} input x {self.ob} output channel blocks, "
+            f"{self.h}x{self.w} in, {self.kh}x{self.kw} kernel, stride {self.sh}x{self.sw}, "
+            f"{self.oh}x{self.ow} out"
+        )
+
     def inp_rows(self, th: int) -> int:
         return (th - 1) * self.sh + self.kh
 
@@ -164,7 +171,7 @@ def choose_tiles(cfg, s: ConvShape, target: AccelTarget, spatial: bool = True) -
     vt = cfg.define("vthreads", VTHREADS, vt_def)
     d = best_tiles(s, target, vt)
     if d is None and vt > 1:
-        raise PackagerError(f"no tiling of {s} fits the buffers with {vt} virtual threads")
+        raise PackagerError(f"no tiling of the conv ({s}) fits the buffers with {vt} virtual threads")
     d = d or Tiles(1, 1, 1, 1, vt)
     tob = cfg.define_split("tile_oc", s.ob, d.tob)
     th = cfg.define_split("tile_oh", s.oh, d.th) if spatial else 1
