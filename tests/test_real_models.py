@@ -71,3 +71,27 @@ def test_silero_vad_steps_match_onnxruntime_with_their_state(name):
         got = run_model(model, feeds, shapes=shapes)
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(g, w, atol=2e-5, rtol=1e-4)
+
+
+def test_silero_vad_if_on_the_sample_rate_names_the_input_to_give(tmp_path):
+    """Its If on sr is data-dependent; the 8 kHz branch does not take 512 samples: the
+    build says so and names the input whose value keeps only the branch taken, and with
+    that value it builds."""
+    import subprocess
+
+    src = str(model_path("silero_vad"))
+    cmd = [sys.executable, "-m", "packager.cli", "build", src, "--board", "host"]
+    cmd += ["--input-shape", "input=1,512", "--input-shape", "state=2,1,128"]
+    r = subprocess.run([*cmd, "-o", str(tmp_path / "a")], capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert "node 'If_0' (If): its condition is known only at run time" in r.stderr
+    assert "the else branch does not take these shapes" in r.stderr
+    assert "give --input-value sr=V to package only the branch it takes" in r.stderr
+    assert not (tmp_path / "a").exists()
+    r = subprocess.run(
+        [*cmd, "--input-value", "sr=16000", "-o", str(tmp_path / "b")],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "b" / "graph.json").exists()

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ..errors import PackagerError
 from ..graph.ir import Graph, Node, Value
 from .context import ConvertContext
 
@@ -96,7 +97,10 @@ def runtime_if(ctx, onode, nodes, imp: Importer) -> None:
         ctx.fail(onode, f"the condition is {cond.dtype}{list(cond.shape)}, not one bool")
     branches, captures = [], []
     for attr in ("then_branch", "else_branch"):
-        g, caps = import_subgraph(ctx, onode, ctx.attr(onode, attr), [], imp)
+        try:
+            g, caps = import_subgraph(ctx, onode, ctx.attr(onode, attr), [], imp)
+        except PackagerError as e:
+            ctx.fail(onode, _branch_refused(attr, onode.input[0], nodes, ctx, e))
         branches.append(g)
         captures += [c for c in caps if c not in captures]
     types = None
@@ -123,6 +127,39 @@ def runtime_if(ctx, onode, nodes, imp: Importer) -> None:
         "if", onode, [onode.input[0], *captures], outputs=outs, out_types=types, subgraphs=branches
     )
     _add(ctx, node, types, nodes)
+
+
+def _branch_refused(attr: str, cond: str, nodes, ctx, e: PackagerError) -> str:
+    """Why a run-time If cannot be packaged: one branch does not take the packaged
+    shapes; and, as it usually depends on one, which graph inputs decide the condition
+    (a value given for them keeps only the branch taken)."""
+    inputs = _inputs_behind(cond, nodes, ctx)
+    hint = (
+        f"; the condition depends on {', '.join(repr(n) for n in inputs)}: give "
+        f"{' '.join(f'--input-value {n}=V' for n in inputs)} to package only the branch it takes"
+        if inputs
+        else ""
+    )
+    return (
+        f"its condition is known only at run time, so both branches are packaged, and the "
+        f"{attr.split('_')[0]} branch does not take these shapes ({e}){hint}"
+    )
+
+
+def _inputs_behind(name: str, nodes, ctx) -> list[str]:
+    """The graph inputs ``name`` is computed from, through the nodes converted so far."""
+    made = {o: n for n in nodes for o in n.outputs}
+    seen, todo, found = set(), [name], []
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in made:
+            todo += [i for i in made[v].inputs if i]
+        elif v in ctx.values and not ctx.values[v].is_const:
+            found.append(v)
+    return sorted(found)
 
 
 def _text(types) -> str:
