@@ -136,9 +136,11 @@ class EngineUnavailable(Exception):
     pass
 
 
-def build_ours(model: onnx.ModelProto, workdir: Path) -> tuple[Path, Path, str]:
-    """(bundle, run_bundle, placement) for the host-opencl board."""
-    board = load_board(BOARD)
+def build_ours(
+    model: onnx.ModelProto, workdir: Path, board_name: str = BOARD
+) -> tuple[Path, Path, str]:
+    """(bundle, run_bundle, placement) for the board (host-opencl unless --board says)."""
+    board = load_board(board_name)
     compiled = compile_model(model, board)
     bundle = workdir / "bundle"
     bundle.mkdir()
@@ -360,7 +362,9 @@ def first_error(text: str) -> str:
     return next((s for s in lines if "error" in s.lower()), lines[0])[:300].strip()
 
 
-def compare(name: str, threads: int, rounds: int, repeat: int, env, skip: dict) -> dict:
+def compare(
+    name: str, threads: int, rounds: int, repeat: int, env, skip: dict, board: str = BOARD
+) -> dict:
     model = MODELS[name]()
     feeds = compare_ort.input_feeds(model)
     row: dict = {"model": name, "threads": threads}
@@ -375,7 +379,7 @@ def compare(name: str, threads: int, rounds: int, repeat: int, env, skip: dict) 
         runs = {}
         seen: dict = {}
         try:
-            bundle, exe, placement = build_ours(model, Path(d))
+            bundle, exe, placement = build_ours(model, Path(d), board)
             row["placement"] = placement
             runs["ours"] = lambda: time_ours(exe, bundle, paths, repeat, env, seen)
         except PackagerError as e:
@@ -484,6 +488,12 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=10, help="timed runs per round and engine")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     p.add_argument(
+        "--board",
+        default=BOARD,
+        help="the profile (name or YAML file) bundles are built for: a local board whose "
+        "opencl section describes the device run_bundle picks (default host-opencl)",
+    )
+    p.add_argument(
         "--setup",
         action="store_true",
         help="first install the peers (opencv-python-headless, ncnn and pnnx with pip; "
@@ -497,7 +507,7 @@ def main(argv=None) -> int:
     print("\n".join(lines), flush=True)
     rows = []
     for name in args.models:
-        rows.append(compare(name, args.threads, args.rounds, args.repeat, env, skip))
+        rows.append(compare(name, args.threads, args.rounds, args.repeat, env, skip, args.board))
         print(format_row(rows[-1]), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -152,7 +152,7 @@ def lower_node(
         source = codegen_opencl(prim)
     except PackagerError as e:
         raise PackagerError(f"node '{node.source}' ({node.op}): {e}") from e
-    return Kernel(func, source, node.op, signature, "opencl", launch, prim)
+    return Kernel(func, source, node.op, signature, "opencl", launch, prim=prim)
 
 
 # Ops the accelerator runs, each node one program (graph/passes/place_accel.py).

@@ -56,10 +56,16 @@ def schedule_conv2d_nchwc_opencl(ctx: ScheduleContext) -> te.Schedule:
     sch, acc, t_oc, t_ow, vec, axes = made
     cfg, block = ctx.cfg, conv.shape[-1]
     rci = axes.get("rci")
-    unroll_rci = cfg.define_split("unroll_rci", rci.extent, rci.extent, most=16) if rci else 1
+    # by default the whole block of input channels unrolled, or as much of it as the
+    # unroll budget leaves (a 16-channel block read as float4s on a wide tile)
+    per_rci = t_oc * t_ow * (block // vec)
+    fit = max(1, MAX_UNROLLED // per_rci)
+    unroll_rci = (
+        cfg.define_split("unroll_rci", rci.extent, min(rci.extent, fit), most=16) if rci else 1
+    )
     kw = axes.get("rk1")
     unroll_kw = cfg.define("unroll_kw", (False, True), False) if kw and kw.extent > 1 else False
-    steps = t_oc * t_ow * (block // vec) * unroll_rci * (kw.extent if unroll_kw else 1)
+    steps = per_rci * unroll_rci * (kw.extent if unroll_kw else 1)
     if steps > MAX_UNROLLED:
         raise ValueError(f"conv tile: {steps} unrolled multiply-adds (most {MAX_UNROLLED})")
     item = _tile_blocked_output(sch[ctx.outs[0]], ctx, t_oc, t_ow, vec)
