@@ -139,13 +139,22 @@ def _control_doc(node: Node, ins, devices, flops, prefix: str) -> dict:
 
 def node_cost(graph: Graph, node: Node, flops: float | None) -> dict:
     """What a profile reads of a kernel node: the ops fused into it in order, the bytes its
-    inputs and outputs hold (what one call moves at least), and its flops when known."""
-    ops = [n["op"] for n in node.attrs["nodes"]] if node.op == "fused" else [node.op]
+    inputs and outputs hold (what one call moves at least), and its flops when known:
+    the loop IR's floating-point operations plus two per integer multiply-accumulate of
+    its integer convs and dense layers (their ``macs``, which the loop IR's tensorized
+    intrinsics hide)."""
+    inner = node.attrs["nodes"] if node.op == "fused" else [{"op": node.op, "attrs": node.attrs}]
+    ops = [n["op"] for n in inner]
     moved = sum(graph.values[n].nbytes for n in [*node.inputs, *node.outputs])
     cost = {"ops": ops, "bytes": float(moved)}
-    if flops is not None:
-        cost["flops"] = flops
+    int_ops = sum(2.0 * n["attrs"].get("macs", 0) for n in inner if n["op"] in INTEGER_MAC_OPS)
+    if flops is not None or int_ops:
+        cost["flops"] = (flops or 0.0) + int_ops
     return cost
+
+
+# Ops whose node carries its multiply-accumulates in attrs["macs"] (quantize, place_accel).
+INTEGER_MAC_OPS = ("qconv2d", "qdense", "accel_conv2d", "accel_dense")
 
 
 def kernel_flops(kernels: list[Kernel]) -> dict[str, float]:

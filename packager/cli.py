@@ -63,6 +63,7 @@ def cmd_build(args) -> int:
             verbose=args.verbose,
             use_foreign_records=args.use_foreign_records,
             input_values=input_values(args),
+            cpu_only=args.cpu_only,
         )
     finally:
         console.clear()  # an error message must not share the progress line
@@ -244,6 +245,13 @@ def make_parser() -> argparse.ArgumentParser:
         "weights). Winograd "
         "does fewer multiplies; its rounding error is up to ~1e-5 of an output's scale "
         "for winograd_4 (direct and winograd_2: ~1e-6)",
+    )
+    b.add_argument(
+        "--cpu-only",
+        action="store_true",
+        help="run every node on the board's CPU, leaving its GPU and accelerator out: the "
+        "baseline to bench beside the accelerated bundle (`packager bench ACCEL CPU` sets "
+        "their layers side by side)",
     )
     b.add_argument(
         "-v",

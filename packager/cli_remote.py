@@ -102,29 +102,83 @@ def cmd_deploy(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    from .layer_compare import pair_bundles
+    from .runner import load_manifest
+
     if args.repeat < 1:
         raise PackagerError(f"--repeat {args.repeat}: expected an integer >= 1")
+    bundles = [Path(b) for b in args.bundles]
+    manifests = [load_manifest(b) for b in bundles]
+    pairs = pair_bundles(manifests)  # accelerated bundles: their counters need the profile
     target = open_target(args, args.board)
     try:
         rows, summary = target.bench(
-            [Path(b) for b in args.bundles],
+            bundles,
             args.repeat,
             args.timeout,
             not args.no_verify,
-            args.profile,
+            args.profile or bool(pairs),
         )
     finally:
         target.close()
     for s in summary:
         log(s)
-    for row in rows:  # run_bundle's table, under a line saying what and where it measured
-        if "profile" in row:
+    if args.profile:
+        for row in rows:  # run_bundle's table, under a line saying what and where it measured
             print(profile_heading(row))
-            print(row.pop("table"))
+            print(row["table"])
+    for a, c in pairs:
+        print(accel_comparison(rows[a], manifests[a], *((rows[c], manifests[c]) if c else ())))
+    if any(c is None for _, c in pairs):
+        log(
+            "the CPU time of the accelerator's layers: bench a bundle of the same model "
+            "built with --cpu-only beside it"
+        )
     for row in rows:  # one JSON line per bundle: the last line has median_ms, as `run`
-        row.pop("profile", None)
+        for key in ("profile", "table"):
+            row.pop(key, None)
         print(json.dumps(row))
     return 0
+
+
+def accel_comparison(row: dict, manifest: dict, cpu_row=None, cpu_manifest=None) -> str:
+    """The accelerator's layers of one bundle (cycles, time at the profile's clock, GEMM
+    utilisation) beside the same layers of its --cpu-only twin as the board's CPU ran
+    them; the model's time both ways. Adds ``accel`` to ``row`` (its JSON line)."""
+    from .layer_compare import compare, model_estimate, table
+
+    accel = manifest["accel"]
+    clock = float(accel["target"]["clock_mhz"])
+    cpu_doc = cpu_row["profile"] if cpu_row else None
+    rows = compare(row["profile"], clock, cpu_doc)
+    estimate = model_estimate(row["profile"], rows)
+    row["accel"] = {
+        "clock_mhz": clock,
+        "cycles": sum(r.cycles for r in rows),
+        "accel_ms": round(sum(r.accel_ms for r in rows), 6),
+        "model_estimate_ms": round(estimate, 6),
+    }
+    timer = "the simulator's cycle model" if accel["driver"] == "sim" else "the board's counter"
+    head = (
+        f"== accelerator layers of {row['profile']['model']} ({row['bundle']}) on "
+        f"{row['device']}: board {row['profile']['board']}, cycles from {timer} at "
+        f"{clock:g} MHz"
+    )
+    lines = []
+    if cpu_row:
+        cpu = next((t for t in cpu_manifest["targets"] if t["family"] == "cpu"), {})
+        name = cpu.get("cpu_name") or cpu.get("model") or "cpu"
+        head += (
+            f"; CPU: the same layers of {cpu_row['bundle']} measured on {cpu_row['device']} "
+            f"({name}, {cpu_doc['threads']} thread(s))"
+        )
+        cpu_total = cpu_doc["total"]["median_ms"]
+        lines.append(
+            f"model: CPU only {cpu_total:.4f} ms; with the accelerator ~{estimate:.4f} ms "
+            f"(CPU kernels as measured, accelerator kernels at {clock:g} MHz): "
+            f"{cpu_total / estimate:.2f}x"
+        )
+    return "\n".join([head + " ==", table(rows, clock), *lines])
 
 
 def profile_heading(row: dict) -> str:

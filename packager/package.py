@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -221,16 +221,21 @@ def package(
     verbose: bool = False,
     use_foreign_records: bool = False,
     input_values: dict[str, str] | None = None,
+    cpu_only: bool = False,
 ) -> Path:
     """Package ``model_path`` for ``board`` into ``out_dir``; returns the bundle path.
     Tuning records apply from ``tuning_logs``, the shipped ``tuning_logs/<board>/`` and the
     user's (tune.apply.log_files); records measured on another target only with
     ``use_foreign_records``. ``log`` hears a few lines (``verbose``: also each kernel
     left with its default schedule); ``progress(what, done, total)`` hears of each step.
-    A bundle whose peak memory estimate exceeds the board's memory is refused."""
+    A bundle whose peak memory estimate exceeds the board's memory is refused.
+    ``cpu_only``: the board's CPU runs every node (its GPU and accelerator are left out),
+    the baseline that ``packager bench`` sets beside the accelerated bundle."""
     from .tune.apply import Tuning, log_files
 
     say = log or (lambda msg: None)
+    if cpu_only:
+        board = cpu_only_board(board, say)
     check_bundle_output(out_dir, (model_path,))  # refuse at once, before minutes of work
     t0 = time.perf_counter()
     model, frozen = freeze_inputs(load_model(model_path), input_values or {}, model_path)
@@ -257,6 +262,7 @@ def package(
         "model": {"file": Path(model_path).name, "sha256": _sha256(model_path)},
         "board": {"name": board.name, "arch": board.arch, "cpu": board.cpu},
         "targets": [t.fingerprint() for t in targets_of(board)],
+        **({"cpu_only": True} if cpu_only else {}),
         **({"accel": accel_manifest(compiled)} if compiled.accel is not None else {}),
         "tuning": tuning.summary(),
         "input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
@@ -277,6 +283,17 @@ def package(
     seconds = time.perf_counter() - t0
     say(build_summary(out_dir, seconds, compiled.kernels, memory, compiled.winograd_extra_bytes))
     return out
+
+
+def cpu_only_board(board: Board, say) -> Board:
+    """The board as its CPU alone: no OpenCL GPU, no accelerator (same name, toolchain and
+    connection, so the bundle builds and runs where the board's other bundles do)."""
+    left = [what for what, part in (("GPU", board.opencl), ("accelerator", board.accel)) if part]
+    if left:
+        say(f"--cpu-only: the board's {' and '.join(left)} left out, every node on its CPU")
+    else:
+        say(f"--cpu-only: board {board.name} has no GPU or accelerator, nothing changes")
+    return replace(board, opencl=None, accel=None)
 
 
 def _frozen_doc(arr: np.ndarray) -> dict:

@@ -272,6 +272,8 @@ class _Matcher:
             k: node.attrs[k] for k in ("strides", "dilations", "pads", "groups") if k in node.attrs
         }
         rq, attrs["rq32"] = self.narrowed(rq, wabs, x, yq, q, residual)
+        # multiply-accumulates, for graph.json's op count (the profile's GOP/s)
+        attrs["macs"] = math.prod(self.values[node.outputs[0]].shape) * (w.size // oc)
         return self.integer_node("qconv2d", q, x, packed, rq, yq, residual, attrs | {"oc": oc})
 
     def dense(self, node, x, yq, q, act, residual) -> Node | None:
@@ -301,7 +303,8 @@ class _Matcher:
         if rq is None:
             return None
         rq, narrow = self.narrowed(rq, wabs, x, yq, q, residual)
-        attrs = {"n": wkn.shape[1], "rq32": narrow}
+        macs = math.prod(self.values[node.outputs[0]].shape) * wkn.shape[0]
+        attrs = {"n": wkn.shape[1], "rq32": narrow, "macs": macs}
         return self.integer_node("qdense", q, x, packed, rq, yq, residual, attrs)
 
     def rq_table(self, acc_scale, bias, yq, act, residual, padded: int):
