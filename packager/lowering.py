@@ -195,13 +195,20 @@ def place_node(node, graph, func, targets, inplace=(), knobs_for=None) -> Kernel
     one) whose lowering takes it; a node the GPU cannot take runs on the CPU, with the
     reason recorded in the kernel. ``knobs_for(target)``: tuned knobs of the node's
     kernel on that target, or None for its template's defaults (a tuned setting the GPU
-    refuses falls back to the defaults there). An accelerator op goes to the board's
-    accel target when ``targets`` has one, else to the CPU (its generic schedule)."""
+    or the accelerator refuses falls back to the defaults there). An accelerator op goes
+    to the board's accel target when ``targets`` has one, else to the CPU (its generic
+    schedule)."""
     *others, cpu = targets
     knobs_for = knobs_for or (lambda target: None)
     accel = [t for t in others if t.family == "accel"]
     if node.op in ACCEL_OPS and accel:
-        return lower_accel(node, graph, func, accel[0], knobs_for(accel[0]))
+        tuned = knobs_for(accel[0])
+        if tuned:
+            try:
+                return lower_accel(node, graph, func, accel[0], tuned)
+            except PackagerError:  # a tuned setting the accelerator refuses: the defaults
+                pass
+        return lower_accel(node, graph, func, accel[0])
     gpus = [t for t in others if t.family != "accel"]
     reason = ""
     for gpu in gpus:

@@ -150,9 +150,14 @@ class Tuning:
 
 
 def describe_target(fingerprint: dict | None) -> str:
-    """A record's target in a few words: CPU name (or model), vector width, cores."""
+    """A record's target in a few words: CPU name (or model), vector width, cores; a GPU's
+    device and compute units; an accelerator's GEMM core, buffers and clock."""
     if not fingerprint:
         return "not recorded"
+    if fingerprint.get("family") == "accel":
+        gemm = "x".join(str(d) for d in fingerprint.get("gemm") or [])
+        kib = "/".join(str(b // 1024) for b in fingerprint.get("buffers") or [])
+        return f"accelerator {gemm} GEMM, {kib} KiB buffers, {fingerprint.get('clock_mhz')} MHz"
     if fingerprint.get("family") != "cpu":
         words = [fingerprint.get("device"), f"{fingerprint.get('compute_units')} compute units"]
         return ", ".join(str(w) for w in words)

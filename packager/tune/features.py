@@ -7,8 +7,11 @@ its footprint and its reuse. Everything is on a log scale: costs are multiplicat
 
 A GPU kernel (family ``opencl``) has these and then what decides its speed on a GPU
 (``gpu_features``): work-group size, number of work-groups, work per work-item, vector
-width of its stores, local-memory bytes, barriers and unrolled statements. Each family
-has one vector length (``feature_length``), so one cost model sees comparable rows.
+width of its stores, local-memory bytes, barriers and unrolled statements. An accelerator
+kernel (family ``accel``) has the loop features and then ``accel_features``: its virtual
+threads, the bytes of each on-chip buffer it allocates, the DMA bytes it loads and
+stores, its DMA transfers and its GEMM micro-op iterations. Each family has one vector
+length (``feature_length``), so one cost model sees comparable rows.
 """
 
 from __future__ import annotations
@@ -143,13 +146,17 @@ def _annotations(loops: list[Loop]) -> list[float]:
 
 def features(prim: PrimFunc, family: str = "cpu") -> np.ndarray:
     """The feature vector of one candidate of ``family``: the loop features, then for a
-    GPU kernel its GPU features."""
+    GPU kernel its GPU features, for an accelerator kernel its accel features."""
     loop = loop_features(prim)
-    return loop if family == "cpu" else np.concatenate([loop, gpu_features(prim)])
+    if family == "cpu":
+        return loop
+    extra = accel_features(prim) if family == "accel" else gpu_features(prim)
+    return np.concatenate([loop, extra])
 
 
 def feature_length(family: str) -> int:
-    return _HEAD_LEN + _BODY_LEN + (GPU_LEN if family != "cpu" else 0)
+    extra = {"cpu": 0, "accel": ACCEL_LEN}.get(family, GPU_LEN)
+    return _HEAD_LEN + _BODY_LEN + extra
 
 
 GPU_LEN = 7
@@ -183,6 +190,61 @@ def gpu_features(prim: PrimFunc) -> np.ndarray:
     )
     values = [items, groups, iters / max(items * groups, 1), vector, shared, barriers + 1, unrolled]
     return np.array([math.log2(v + 1) for v in values], dtype=np.float32)
+
+
+ACCEL_LEN = 8
+ACCEL_SCOPES = ("accel.inp", "accel.wgt", "accel.acc")
+
+
+def accel_features(prim: PrimFunc) -> np.ndarray:
+    """log2 (+1) of: virtual threads; bytes of the accel.inp, accel.wgt and accel.acc
+    buffers it allocates (every thread's); bytes its copies into those buffers read from
+    the arguments (estimated DMA loads: the padding included); bytes it copies from them
+    to the arguments (STOREs); copies run (DMA transfers: each copy nest once per
+    iteration of the loops around it that do not index its destination); GEMM micro-op
+    iterations (the tensorized GEMM's calls, the compute module's busy cycles)."""
+    found = _Stores()
+    found.visit(prim.body)
+    calls = _Intrinsics()
+    calls.visit(prim.body)
+    vthreads = max(
+        (
+            math.prod(lp.extent for lp in loops if lp.kind == "virtual_thread")
+            for loops, _ in [*found.out, *calls.out]
+        ),
+        default=1,
+    )
+    alloc = {sc: 0 for sc in ACCEL_SCOPES}
+    for a in stmts_of(prim.body, Allocate):
+        if a.buffer.scope in alloc:
+            alloc[a.buffer.scope] += a.buffer.size * ELEM_BYTES.get(a.buffer.dtype, 1)
+    loaded = stored = transfers = 0
+    for loops, st in found.out:
+        reads = {n.buffer.scope for n in walk(st.value) if isinstance(n, BufferLoad)}
+        into_accel = st.buffer.scope in alloc and "global" in reads
+        out_of_accel = st.buffer.scope == "global" and reads & set(ACCEL_SCOPES)
+        if not (into_accel or out_of_accel):
+            continue
+        size = _iters(loops) * ELEM_BYTES.get(st.buffer.dtype, 1)
+        if into_accel:
+            loaded += size
+        else:
+            stored += size
+        transfers += math.prod(lp.extent for lp in loops if not _uses(st.index, lp.var))
+    gemm = sum(_iters(loops) for loops, _ in calls.out)
+    values = [vthreads, *alloc.values(), loaded, stored, transfers, gemm]
+    return np.array([math.log2(v + 1) for v in values], dtype=np.float32)
+
+
+class _Intrinsics(LoopVisitor):
+    """Every tensorized call with the loops around it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out: list = []
+
+    def visit_Intrinsic(self, s) -> None:
+        self.out.append(([Loop(f.var, _extent(f.extent), f.kind) for f in self.loops], s))
 
 
 def loop_features(prim: PrimFunc) -> np.ndarray:

@@ -21,13 +21,23 @@ ERRORS = ("compile_error", "runtime_error", "timeout", "wrong_answer", "invalid"
 
 
 def make_record(
-    board, task, index: int, knobs: dict, costs: list, error: str | None, device=None
+    board,
+    task,
+    index: int,
+    knobs: dict,
+    costs: list,
+    error: str | None,
+    device=None,
+    extra: dict | None = None,
 ) -> dict:
     """``device``: the pool device (``user@host:port``) that measured it, for a remote board.
-    The record carries the fingerprint of the task's target (``Target.fingerprint``)."""
+    ``extra``: more fields of the result (an accelerator candidate's ``"measured_by":
+    "simulator"``, its ``"cycles"``, a failure's ``"message"``). The record carries the
+    fingerprint of the task's target (``Target.fingerprint``)."""
     result = {"costs": costs, "error": error, "timestamp": round(time.time(), 3)}
     if device:
         result["device"] = device
+    result.update(extra or {})
     return {
         "version": VERSION,
         "board": {"name": board.name, "cpu": board.cpu, "arch": board.arch},

@@ -13,6 +13,14 @@ machine in-process through packager/opencl_local.py (each candidate's launch che
 against the default schedule's output, then timed by its profiling events), on a remote
 board by the OpenCL timing driver (cl_driver.py), built with the board's toolchain and
 run there like the CPU driver.
+
+An accelerator task (family ``accel``) is measured on the accelerator's behavioural
+simulator on this machine, for every board with an accelerator, local or remote (no
+board driver can time one program yet): each candidate is lowered, turned into a program
+(packager/accel/codegen.py) and run once on the node's constants and seeded random int8
+activations (the simulator is deterministic); its output bytes are checked against the
+default schedule's program, and its cost is the simulator's cycles at the profile's
+clock. Its record says ``"measured_by": "simulator"`` and the cycles.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from ..target import Target
 from .cl_driver import cl_driver_source
 from .driver import driver_source, parse_output
 from .space import valid
-from .tasks import Task, default_func
+from .tasks import Task, default_func, lower_config
 
 # As bundles are built (CMakeLists.txt, native.py): contraction on, so FMAs are measured.
 PARALLEL_FOR = C_RUNTIME / "src" / "pk_parallel.c"
@@ -53,6 +61,9 @@ class Measurement:
     error: str | None = None
     prim: object = None  # the lowered candidate (features come from it)
     device: str | None = None  # the pool device that ran it (remote boards)
+    # more of the record's result: why it failed ("message"), what measured it
+    # ("measured_by": "simulator") and what it counted ("cycles")
+    extra: dict = field(default_factory=dict)
 
     @property
     def median(self) -> float:
@@ -84,6 +95,9 @@ class Measurer:
 
     def measure(self, task: Task, batch: list[tuple[int, dict]]) -> list[Measurement]:
         ms = [Measurement(i, k) for i, k in batch]
+        if task.family == "accel":
+            self._measure_accel(task, ms)
+            return ms
         for m in ms:
             m.prim = valid(task, m.knobs, f"pk_cand_{m.index}")
             if m.prim is None:
@@ -181,6 +195,45 @@ class Measurer:
             finally:
                 dev.forget(source)
 
+    def _measure_accel(self, task: Task, ms: list[Measurement]) -> None:
+        """On the accelerator's simulator, here: the default schedule's program gives the
+        reference bytes; each candidate that lowers, generates and runs is checked against
+        them and costs its cycles over the profile's clock (one run: the cycle model is
+        deterministic). Race checking is on, so a program missing a token is refused."""
+        from ..accel.codegen import codegen_accel
+        from ..accel.simulator import Simulator
+
+        target = task.target
+        n_args = len(task.node.inputs) + len(task.node.outputs)
+        sim = Simulator(target.config(), check=True)
+        arrays = accel_arrays(task)
+        n_in = len(task.node.inputs)
+        try:
+            ref = codegen_accel(default_func(task), target, n_args)
+            want = [a.copy() for a in arrays]
+            sim.run(ref, want)
+        except (PackagerError, ValueError, NotImplementedError) as e:
+            raise PackagerError(f"task {task.label}: the default program fails: {e}") from e
+        for m in ms:
+            m.extra = {"measured_by": "simulator"}
+            stage = "invalid"  # the template or lowering refuses the setting
+            try:
+                m.prim = lower_config(task, m.knobs, f"pk_cand_{m.index}")
+                stage = "compile_error"  # the code generator refuses it
+                program = codegen_accel(m.prim, target, n_args)
+                stage = "runtime_error"  # the simulator refuses it (a race, a bad field)
+                got = [a.copy() for a in arrays]
+                run = sim.run(program, got)
+            except Exception as e:  # any refusal is the candidate's error record, as valid()
+                m.error, m.extra["message"] = stage, str(e) or type(e).__name__
+                continue
+            m.extra["cycles"] = run.cycles
+            wrong = _differs(got[n_in:], want[n_in:])
+            if wrong:
+                m.error, m.extra["message"] = "wrong_answer", wrong
+                continue
+            m.costs = [run.cycles / (target.clock_mhz * 1e6)]
+
     def _runtime_objects(self) -> list[Path]:
         """The runtime's own parallel-for, with the board's thread count (candidates are
         timed with the threads the bundle will run them with: the parallel knob matters),
@@ -228,6 +281,36 @@ class Measurer:
                 for i in todo:  # the driver ended without measuring them: blame it on them
                     by_index[i].error = "runtime_error" if status != "timeout" else status
                 return
+
+
+def accel_arrays(task: Task, seed: int = 0) -> list:
+    """An accelerator task's arguments: the node's constants (weights, epilogue
+    parameters) where the graph has them, else seeded random int8 values (activations);
+    outputs filled with one byte value, so bytes a program leaves unwritten show."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = []
+    n_in = len(task.node.inputs)
+    for k, name in enumerate([*task.node.inputs, *task.node.outputs]):
+        v = task.graph.values[name]
+        if k < n_in and v.data is not None:
+            a = np.array(v.data, dtype=v.dtype, order="C")
+        elif k < n_in:
+            a = rng.integers(-128, 128, v.shape).astype(v.dtype)
+        else:
+            a = np.full(v.shape, 0x5A, v.dtype)
+        out.append(np.ascontiguousarray(a))
+    return out
+
+
+def _differs(got: list, want: list) -> str:
+    """ "" when every output has the reference's bytes, else which differs and how much."""
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        if g.tobytes() != w.tobytes():
+            n = int((g.reshape(-1).view("u1") != w.reshape(-1).view("u1")).sum())
+            return f"output {k} differs from the default schedule's in {n} of {w.nbytes} bytes"
+    return ""
 
 
 def _cl_arrays(ref, n_in: int) -> list:

@@ -101,7 +101,9 @@ def recheck_forms(tasks: list[Task], measurer, log: TuningLog, progress) -> None
             if index is None:
                 continue
             (m,) = measurer.measure(t, [(index, space.get(index))])
-            log.append(make_record(t.board, t, m.index, m.knobs, m.costs, m.error, m.device))
+            log.append(
+                make_record(t.board, t, m.index, m.knobs, m.costs, m.error, m.device, m.extra)
+            )
 
 
 def summary(results: list[TaskResult]) -> str:

@@ -4,7 +4,8 @@ template for the family the kernel runs on, and how a task lowers with a knob se
 A task is identified by its kernel key (what the kernel computes, input shapes and
 dtypes, in-place pairs) plus its target: the same key the build uses to share kernels,
 so a tuning record applies to exactly the kernels it was measured for. Its target is
-the one the build places the kernel on (lowering.place_node): the board's OpenCL GPU
+the one the build places the kernel on (lowering.place_node): the board's accelerator for
+an accelerator op (``lowering.ACCEL_OPS``) on a board with one, the board's OpenCL GPU
 when the board has one and the node runs there, else its cpu; the template of that
 family is what is tuned. Config spaces (space.py) and
 measurement (measure.py) build on this module; it needs neither.
@@ -22,7 +23,14 @@ from .. import te
 from ..boards import Board
 from ..graph.conv_algorithms import DIRECT, variants
 from ..graph.ir import Graph, Node
-from ..lowering import gpu_obstacle, kernel_key, lower_node, node_computes, schedule_for
+from ..lowering import (
+    ACCEL_OPS,
+    gpu_obstacle,
+    kernel_key,
+    lower_node,
+    node_computes,
+    schedule_for,
+)
 from ..ops.registry import get_op
 from ..target import Target, targets_of
 from ..te.alias import allow_alias
@@ -75,6 +83,9 @@ class Task:
         conv = [n["attrs"] for n in inner if n["op"] == "conv2d_winograd_nchwc"]
         tile = conv[0].get("tile") if conv else None
         name += f" F{tile}x{tile}" if tile else ""  # the Winograd forms of one conv differ here
+        if self.family == "accel":  # convs of one input differ by their (blocked) weights
+            shapes.append(list(self.graph.values[self.node.inputs[1]].shape))
+            return f"{name} {' * '.join('x'.join(map(str, s)) for s in shapes)}"
         return f"{name} {'x'.join(map(str, shapes[0])) if shapes else ''}".strip()
 
     def __post_init__(self) -> None:
@@ -118,9 +129,13 @@ def template_of(node: Node, graph: Graph, family: str = "cpu") -> str | None:
 
 def placed_target(node: Node, graph: Graph, targets, inplace=()) -> Target:
     """The target the build runs the node on with default schedules (lowering.place_node):
-    the first GPU that takes it, else the cpu (the last of ``targets``)."""
-    *gpus, cpu = targets
-    for gpu in gpus:
+    the accelerator for an accelerator op when ``targets`` has one, else the first OpenCL
+    GPU that takes it, else the cpu."""
+    cpu = next(t for t in targets if t.family == "cpu")
+    accel = [t for t in targets if t.family == "accel"]
+    if node.op in ACCEL_OPS:
+        return accel[0] if accel else cpu
+    for gpu in [t for t in targets if t.family == "opencl"]:
         if gpu_obstacle(node, graph):
             break
         try:
@@ -129,6 +144,17 @@ def placed_target(node: Node, graph: Graph, targets, inplace=()) -> Target:
         except Exception:  # the GPU refuses it: the build runs it on the cpu
             continue
     return cpu
+
+
+def accel_macs(task: Task) -> int:
+    """Multiply-accumulates of one call of an accelerator kernel, as the GEMM core does
+    them (blocked channels: padded ones included)."""
+    from ..ops.accel import conv_shape
+
+    x, w = (task.graph.values[i].shape for i in task.node.inputs[:2])
+    s = conv_shape(task.template, task.node.attrs, [x, w])
+    block_in, block_out = w[-1], w[-2]
+    return s.ob * block_out * s.cb * block_in * s.oh * s.ow * s.kh * s.kw
 
 
 def _forms(node: Node, graph: Graph, algorithms=None) -> tuple[list, bool]:
@@ -149,10 +175,11 @@ def extract_tasks(
     graph: Graph, board: Board, inplace: dict | None = None, algorithms=None
 ) -> list[Task]:
     """Unique tunable tasks (every algorithm of a conv is a task of its own), costliest
-    (weight x FLOPs) first. On a board with a GPU each kernel is tuned for the target it
-    is placed on, and convolutions are direct (as the build makes them there)."""
-    targets = targets_of(board)[::-1]  # the GPU first, as the build places nodes
-    if len(targets) > 1:
+    (weight x FLOPs) first. Each kernel is tuned for the target it is placed on: on a board
+    with an accelerator its accelerator ops are tasks of the accel target; on a board with
+    a GPU convolutions are direct (as the build makes them there)."""
+    targets = targets_of(board)
+    if any(t.family == "opencl" for t in targets):
         algorithms = (DIRECT,)
     tasks: dict[str, Task] = {}
     direct: dict[str, Task] = {}  # each conv's direct form, tuned or not, by its key
@@ -178,7 +205,8 @@ def extract_tasks(
         if base.key not in work:
             prim = default_func(base)
             work[base.key] = (
-                flop_count(prim),
+                # integer GEMMs have no float ops: 2 per multiply-accumulate
+                2.0 * accel_macs(base) if base.family == "accel" else flop_count(prim),
                 sum(b.size * np.dtype(b.dtype).itemsize for b in prim.params),
             )
         t.flops, t.bytes = work[base.key]

@@ -170,7 +170,9 @@ def tune_task(task: Task, measurer: Measurer, log: TuningLog, opts: Options, pro
             why = f"space exhausted (no untried config among {space.size})"
             break
         for m in measurer.measure(task, [(i, space.get(i)) for i in batch]):
-            log.append(make_record(board, task, m.index, m.knobs, m.costs, m.error, m.device))
+            log.append(
+                make_record(board, task, m.index, m.knobs, m.costs, m.error, m.device, m.extra)
+            )
             state.add(m.index, m.median, m.prim)
             if np.isfinite(m.median):
                 history.append(min(history[-1] if history else float("inf"), m.median))
