@@ -171,7 +171,9 @@ def choose_tiles(cfg, s: ConvShape, target: AccelTarget, spatial: bool = True) -
     vt = cfg.define("vthreads", VTHREADS, vt_def)
     d = best_tiles(s, target, vt)
     if d is None and vt > 1:
-        raise PackagerError(f"no tiling of the conv ({s}) fits the buffers with {vt} virtual threads")
+        raise PackagerError(
+            f"no tiling of the conv ({s}) fits the buffers with {vt} virtual threads"
+        )
     d = d or Tiles(1, 1, 1, 1, vt)
     tob = cfg.define_split("tile_oc", s.ob, d.tob)
     th = cfg.define_split("tile_oh", s.oh, d.th) if spatial else 1
