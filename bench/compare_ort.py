@@ -151,16 +151,16 @@ def input_feeds(model: onnx.ModelProto, name: str = "") -> dict[str, np.ndarray]
 
 
 def build_bundle(
-    model: onnx.ModelProto, workdir: Path, tuned: bool = False, algorithm=None, ram_mb=None
+    model: onnx.ModelProto, workdir: Path, tuned: str | None = None, algorithm=None, ram_mb=None
 ):
-    """(bundle dir, run_bundle) for the host board; ``tuned`` applies tuning_logs/host/,
+    """(bundle dir, run_bundle) for the host board; ``tuned`` applies tuning_logs/host/:
+    "own", the records of this machine's target only (as `packager build`), "all", those
+    measured on other machines too (--use-foreign-records),
     ``algorithm`` forces a conv algorithm (conv_algorithms.ALGORITHMS) where it applies,
     ``ram_mb`` gives the board that much memory (a small one limits Winograd's filters)."""
     board = load_board("host")
     board = replace(board, ram_mb=ram_mb) if ram_mb else board
-    # the shipped records were measured on another machine: applied anyway, as the point
-    # is to compare them (a build applies them only with --use-foreign-records)
-    tuning = Tuning(board, log_files(board.name), use_foreign=True) if tuned else None
+    tuning = Tuning(board, log_files(board.name), use_foreign=tuned == "all") if tuned else None
     compiled = compile_model(model, board, tuning=tuning, conv_algorithm=algorithm)
     bundle = workdir / (
         "bundle_tuned"
@@ -244,7 +244,7 @@ def compare(
     threads_list,
     rounds: int,
     repeat: int,
-    tuned: bool = False,
+    tuned: str | None = None,
     algorithm=None,
     ram_mb=None,
     stat: str = "median",
@@ -256,7 +256,7 @@ def compare(
         bundle, exe = build_bundle(model, Path(d))
         variants = [("bundle", bundle, exe)]
         if tuned:
-            variants.append(("tuned", *build_bundle(model, Path(d), tuned=True)))
+            variants.append(("tuned", *build_bundle(model, Path(d), tuned=tuned)))
         if algorithm:
             variants.append((algorithm, *build_bundle(model, Path(d), algorithm=algorithm)))
         small = f"{ram_mb}mb"
@@ -346,8 +346,12 @@ def main(argv=None) -> int:
     )
     p.add_argument(
         "--tuned",
-        action="store_true",
-        help="also time a bundle built with the shipped tuning_logs/host/ records",
+        nargs="?",
+        const="own",
+        choices=["own", "all"],
+        help="also time a bundle built with the tuning_logs/host/ records: those measured "
+        "on this machine's target (own, the default, what `packager build` applies) or all "
+        "of them, those of other machines too (all: --use-foreign-records)",
     )
     p.add_argument(
         "--conv-algorithm",
