@@ -193,6 +193,49 @@ def make_selftest(model, graph: Graph, seed: int = 0, path: str = "model"):
     return inputs, [np.ascontiguousarray(o) for o in outputs]
 
 
+# Ops computing in integers with the quantize pass's fixed-point requantization: their
+# results are the QDQ model's within one quantization step, not to the float tolerance.
+INTEGER_OPS = ("qconv2d", "qdense", "qadd", "accel_conv2d", "accel_dense")
+
+
+def integer_ops(graph: Graph) -> bool:
+    """Whether any node (a fused one's inner nodes too) computes in integers."""
+    for n in graph.nodes:
+        inner = n.attrs.get("nodes") if n.op == "fused" else None
+        if any(op in INTEGER_OPS for op in ([i["op"] for i in inner] if inner else [n.op])):
+            return True
+    return False
+
+
+def integer_selftest(model, input_shapes, path: str, inputs, say) -> list[np.ndarray]:
+    """The selftest's expected outputs for a model with integer kernels: what the
+    packager's own kernels give for ``inputs`` on this machine (a bundle of the model for
+    the host, built and run in a temporary directory). Integer kernels give the same
+    bytes on every target (fixed-point requantization, no float rounding), so the board
+    must reproduce these to the float tolerance; a reference that computes the QDQ model
+    in floats (ONNX Runtime) differs by up to a quantization step, which the selftest's
+    tolerance is not meant to absorb. How close the integer kernels are to the QDQ model
+    is what the test suite checks (docs/quantization.md)."""
+    import tempfile
+
+    from .backend import PackagerRep
+    from .native import CFLAGS, build_run_bundle
+
+    say("selftest: expected outputs from this machine's build of the integer kernels")
+    host = _host()
+    compiled = compile_model(model, host, input_shapes, path)
+    tmp = tempfile.TemporaryDirectory(prefix="packager-selftest-")
+    try:
+        bundle = Path(tmp.name) / "bundle"
+        bundle.mkdir()
+        write_bundle_files(bundle, compiled, {}, None)
+        exe = build_run_bundle(bundle, cflags=[*CFLAGS, *host.toolchain.cflags])
+        rep = PackagerRep(tmp, exe, compiled.graph.inputs, compiled.graph.outputs)
+        return [np.ascontiguousarray(o) for o in rep.run(list(inputs))]
+    finally:
+        tmp.cleanup()
+
+
 def _unique_node_names(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model``, or a copy whose repeated node names get a suffix: ONNX allows them,
     ONNX Runtime refuses them, and the fallback evaluator is slower and less exact."""
@@ -255,6 +298,8 @@ def package(
     memory = memory_estimate(compiled)
     check_memory(memory, board, model_path)  # before the selftest's minutes, and any file
     tests = make_selftest(model, compiled.graph, path=model_path) if selftest else None
+    if tests is not None and integer_ops(compiled.graph):
+        tests = (tests[0], integer_selftest(model, input_shapes, model_path, tests[0], say))
     manifest = {
         "format": "packager-bundle",
         "version": 1,
