@@ -298,3 +298,52 @@ def test_inspect_plan_shows_the_accelerator_nodes(tmp_path):
     rows = [line.split() for line in out.splitlines() if "accel_conv2d" in line]
     assert rows and all(r[2] == "accel" for r in rows)
     assert "accel: 2 of 6 convs/dense" in out and "grouped conv (groups 2) (1)" in out
+
+
+@pytest.mark.parametrize(
+    "c, kw, stride, dilation, pad, w, dtype",
+    [(3, 7, 2, 1, 3, 32, "uint8"), (3, 3, 1, 1, 1, 9, "int8"), (2, 5, 3, 2, 4, 13, "uint8")],
+)
+def test_tap_pack_moves_kernel_columns_into_channels(c, kw, stride, dilation, pad, w, dtype):
+    """accel_pack with taps against numpy: channel ci*KW + k of output column ow holds
+    input column ow*stride + k*dilation - pad, the zero point outside the row, shifted
+    by -128 for uint8, zeros past C*KW."""
+    from packager import te
+    from packager.ops.registry import get_op
+    from packager.te.evaluator import evaluate
+
+    rng = np.random.default_rng(c + kw)
+    lo, hi = (0, 256) if dtype == "uint8" else (-128, 128)
+    x = rng.integers(lo, hi, (1, c, 4, w)).astype(dtype)
+    out_w = (w + 2 * pad - dilation * (kw - 1) - 1) // stride + 1
+    zp = 37 if dtype == "uint8" else -5
+    taps = {"kw": kw, "stride": stride, "dilation": dilation, "pad": pad, "out_w": out_w,
+            "pad_value": zp}  # fmt: skip
+    t = te.placeholder(x.shape, dtype, "x")
+    attrs = {"block": 16, "shift": dtype == "uint8", "taps": taps}
+    (y,) = get_op("accel_pack").compute([t], attrs)
+    (got,) = evaluate([y], {t: x})
+    padded = np.full((1, c, 4, w + 2 * pad + stride * out_w), zp, np.int32)
+    padded[..., pad : pad + w] = x
+    want = np.zeros((1, -(-c * kw // 16) * 16, 4, out_w), np.int32)
+    for ci in range(c):
+        for k in range(kw):
+            cols = np.arange(out_w) * stride + k * dilation
+            want[0, ci * kw + k] = padded[0, ci][:, cols]
+    want[:, : c * kw] -= 128 if dtype == "uint8" else 0
+    want = want.reshape(1, -1, 16, 4, out_w).transpose(0, 1, 3, 4, 2).astype(np.int8)
+    assert got.shape == want.shape and np.array_equal(got, want)
+
+
+def test_stem_reads_its_input_tap_packed(sim):
+    """The 3-channel 7x7 stride-2 stem of the ResNet: its accel conv takes 21 channels
+    (2 blocks) of width 1, stride 1 across, from a tap-packed input; the bytes stay the
+    host's (test_placed_graph_gives_the_host_bytes)."""
+    graph, _ = prepare_graph(quantized_resnet("uint8"), sim, disabled_passes={"fuse"})
+    stem = next(n for n in graph.nodes if n.op == "accel_conv2d")
+    assert stem.attrs["c"] == 21 and graph.values[stem.inputs[1]].shape[1:4] == (2, 7, 1)
+    assert stem.attrs["strides"] == [2, 1] and stem.attrs["pads"] == [3, 0, 3, 0]
+    pack = next(n for n in graph.nodes if stem.inputs[0] in n.outputs)
+    assert pack.op == "accel_pack" and pack.attrs["taps"]["kw"] == 7
+    assert graph.values[stem.inputs[0]].shape == (1, 2, 32, 16, 16)
+    assert stem.attrs["macs"] == 16 * 16 * 16 * 3 * 7 * 7  # the model's, not the packed

@@ -56,6 +56,9 @@ class Form:
     weights: np.ndarray  # the blocked int8 weights
     params: np.ndarray  # (O/BO, 6, BO) int32
     macs: int
+    # a conv with few channels reads its input tap-packed (its kernel's columns moved
+    # into the channels: accel_layout.accel_tap_pack); the pack's attrs["taps"]
+    taps: dict | None = None
 
 
 # --- one node --------------------------------------------------------------------------
@@ -114,16 +117,51 @@ def accel_form(node: Node, values: dict[str, Value], target) -> Form | str:
         "y_zp": int(node.attrs["y_zp"]) - out_shift,
     }
     params = _params(bias, mult, shift, lo - out_shift, hi - out_shift, attrs["y_zp"], target)
+    x_shape = values[node.inputs[0]].shape
     if node.op == "qconv2d":
         attrs |= {k: node.attrs[k] for k in ("strides", "pads", "dilations") if k in node.attrs}
+        taps = _taps(node, w, x_shape, values[node.outputs[0]].shape, target)
+        if taps is not None:  # the kernel's columns as channels: a conv of width 1
+            w = np.ascontiguousarray(w.transpose(0, 1, 3, 2)).reshape(len(w), -1, w.shape[2], 1)
+            attrs |= _tapped_attrs(attrs)
+            x_shape = (x_shape[0], w.shape[1], x_shape[2], taps["out_w"])
         attrs |= {"c": w.shape[1], "oc": w.shape[0]}
-        form = Form("accel_conv2d", attrs, _block_conv(w, target), params, 0)
+        form = Form("accel_conv2d", attrs, _block_conv(w, target), params, 0, taps)
     else:
         attrs |= {"k": w.shape[1], "o": w.shape[0]}
         form = Form("accel_dense", attrs, _block_dense(w, target), params, 0)
     form.macs = macs_of(node, values)
-    reason = _fits(form, values[node.inputs[0]].shape, target)
+    reason = _fits(form, x_shape, target)
     return reason or form
+
+
+def _taps(node: Node, w: np.ndarray, x_shape, out_shape, target) -> dict | None:
+    """How to tap-pack a conv's input (accel_layout.accel_tap_pack) when that takes fewer
+    GEMM steps than its own channels: ceil(C*KW/B) blocks per kernel row instead of
+    ceil(C/B) per tap (a 3-channel 7x7 stem: 2 instead of 7); else None."""
+    _, c, _, kw = w.shape
+    b = target.block_in
+    if kw == 1 or -(-c * kw // b) >= -(-c // b) * kw:
+        return None
+    pads = list(node.attrs.get("pads", [0, 0, 0, 0]))
+    return {
+        "kw": kw,
+        "stride": int(list(node.attrs.get("strides", [1, 1]))[1]),
+        "dilation": int(list(node.attrs.get("dilations", [1, 1]))[1]),
+        "pad": int(pads[1]),
+        "out_w": int(out_shape[3]),
+        "pad_value": int(node.attrs["x_zp"]),  # the input's zero point, before any shift
+    }
+
+
+def _tapped_attrs(attrs: dict) -> dict:
+    """The conv's attrs once its input is tap-packed: width 1, stride 1, no pads across."""
+    pads = list(attrs.get("pads", [0, 0, 0, 0]))
+    return {
+        "strides": [int(list(attrs.get("strides", [1, 1]))[0]), 1],
+        "dilations": [int(list(attrs.get("dilations", [1, 1]))[0]), 1],
+        "pads": [int(pads[0]), 0, int(pads[2]), 0],
+    }
 
 
 def _fits(form: Form, x_shape, target) -> str:
@@ -264,7 +302,7 @@ class _Placer:
         self.nodes.append(replace(node, inputs=inputs) if inputs != node.inputs else node)
 
     def emit_accel(self, node: Node, form: Form) -> None:
-        x = self.blocked(node.inputs[0])
+        x = self.blocked(node.inputs[0], form.taps)
         w = add_const(self.values, form.weights, f"{node.outputs[0]}_accel_w")
         p = add_const(self.values, form.params, f"{node.outputs[0]}_accel_p")
         attrs = form.attrs | {"macs": form.macs}
@@ -306,17 +344,27 @@ class _Placer:
         self.native[out] = name
         return name
 
-    def blocked(self, v: str) -> str:
-        """``v`` in the accelerator's layout, packed (once) where it is not made so."""
-        if v in self.native:
+    def blocked(self, v: str, taps: dict | None = None) -> str:
+        """``v`` in the accelerator's layout, packed (once) where it is not made so;
+        with ``taps``, tap-packed for one conv (accel_layout.accel_tap_pack)."""
+        if v in self.native and taps is None:
             return self.native[v]
-        if v not in self.packs:
+        key = v if taps is None else (v, tuple(sorted(taps.items())))
+        if key not in self.packs:
             val = self.values[v]
-            name = self.new_value(f"{v}__accel", self.blocked_shape(val.shape))
+            shape = val.shape
+            if taps is not None:
+                shape = (shape[0], shape[1] * taps["kw"], shape[2], taps["out_w"])
+            hint = f"{v}__accel" + ("_taps" if taps else "")
+            name = self.new_value(hint, self.blocked_shape(shape))
             attrs = {"block": self.target.block_in, "shift": val.dtype == "uint8"}
-            self.nodes.append(Node(PACK, f"{v}/accel_pack", [v], [name], attrs, source=v))
-            self.packs[v] = name
-        return self.packs[v]
+            attrs |= {"taps": taps} if taps else {}
+            what = "accel_tap_pack" if taps else "accel_pack"
+            v_plain = self.plain(v) if taps is not None else v
+            node = Node(PACK, f"{v}/{what}", [v_plain], [name], attrs, source=v)
+            self.nodes.append(node)
+            self.packs[key] = name
+        return self.packs[key]
 
     def plain(self, v: str) -> str:
         """``v`` in the model's layout, unpacked (once) where an accelerator node or a
