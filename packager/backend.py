@@ -9,7 +9,6 @@ the model is packaged then; a later run with another value for it is refused."""
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -19,8 +18,7 @@ from onnx.backend.base import Backend, BackendRep
 
 from .bundle import write_bundle_files
 from .errors import NeedsConstantError, PackagerError
-from .names import safe_name
-from .native import build_run_bundle
+from .native import build_run_bundle, run_outputs
 from .package import compile_model
 
 
@@ -39,18 +37,8 @@ class PackagerRep(BackendRep):
             arrays = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
         if len(arrays) != len(self.inputs):
             raise PackagerError(f"expected {len(self.inputs)} inputs, got {len(arrays)}")
-        with tempfile.TemporaryDirectory() as d:
-            cmd = [str(self.exe), str(self.bundle), "--output-dir", f"{d}/out"]
-            for k, (name, a) in enumerate(zip(self.inputs, arrays, strict=True)):
-                path = f"{d}/in{k}.npy"
-                np.save(path, np.asarray(a, order="C"), allow_pickle=False)
-                cmd += ["--input", f"{name}={path}"]
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-            if r.returncode != 0:
-                raise RuntimeError(
-                    f"run_bundle failed ({r.returncode}): {r.stderr.strip()[-2000:]}"
-                )
-            return tuple(np.load(f"{d}/out/{safe_name(n)}.npy") for n in self.outputs)
+        feeds = dict(zip(self.inputs, arrays, strict=True))
+        return tuple(run_outputs(self.exe, self.bundle, feeds, self.outputs))
 
 
 class FrozenInputsRep(BackendRep):

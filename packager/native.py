@@ -162,3 +162,24 @@ def build_run_bundle(bundle: Path, cc: str = "cc", cflags=CFLAGS, jobs: int | No
 
 def clear_cache() -> None:
     shutil.rmtree(cache_dir(), ignore_errors=True)
+
+
+def run_outputs(exe: Path, bundle: Path, inputs: dict, outputs: list[str], timeout_s=600):
+    """Run ``bundle`` with ``exe`` (its run_bundle) on ``inputs`` (name -> array) in a
+    temporary directory and return its outputs, in the order of ``outputs`` (names)."""
+    import tempfile
+
+    import numpy as np
+
+    from .names import safe_name
+
+    with tempfile.TemporaryDirectory(prefix="packager-run-") as d:
+        cmd = [str(exe), str(bundle), "--output-dir", f"{d}/out"]
+        for k, (name, a) in enumerate(inputs.items()):
+            path = f"{d}/in{k}.npy"
+            np.save(path, np.asarray(a, order="C"), allow_pickle=False)
+            cmd += ["--input", f"{name}={path}"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        if r.returncode != 0:
+            raise RuntimeError(f"run_bundle failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+        return [np.load(f"{d}/out/{safe_name(n)}.npy") for n in outputs]

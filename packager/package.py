@@ -218,8 +218,7 @@ def integer_selftest(model, input_shapes, path: str, inputs, say) -> list[np.nda
     is what the test suite checks (docs/quantization.md)."""
     import tempfile
 
-    from .backend import PackagerRep
-    from .native import CFLAGS, build_run_bundle
+    from .native import CFLAGS, build_run_bundle, run_outputs
 
     say("selftest: expected outputs from this machine's build of the integer kernels")
     host = _host()
@@ -230,8 +229,9 @@ def integer_selftest(model, input_shapes, path: str, inputs, say) -> list[np.nda
         bundle.mkdir()
         write_bundle_files(bundle, compiled, {}, None)
         exe = build_run_bundle(bundle, cflags=[*CFLAGS, *host.toolchain.cflags])
-        rep = PackagerRep(tmp, exe, compiled.graph.inputs, compiled.graph.outputs)
-        return [np.ascontiguousarray(o) for o in rep.run(list(inputs))]
+        feeds = dict(zip(compiled.graph.inputs, inputs, strict=True))
+        outs = run_outputs(exe, bundle, feeds, compiled.graph.outputs)
+        return [np.ascontiguousarray(o) for o in outs]
     finally:
         tmp.cleanup()
 
