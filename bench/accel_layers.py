@@ -30,10 +30,12 @@ import networks  # noqa: E402
 
 from packager.accel.simulator import Simulator  # noqa: E402
 from packager.boards import load_board  # noqa: E402
+from packager.graph.passes.place_accel import placement  # noqa: E402
 from packager.lowering import ACCEL_OPS, lower_accel  # noqa: E402
 from packager.package import prepare_graph  # noqa: E402
 from packager.quantize import quantize_model  # noqa: E402
 from packager.target import AccelTarget  # noqa: E402
+from packager.tune.measure import node_arrays  # noqa: E402
 
 
 def quantized_resnet18(size: int):
@@ -45,25 +47,11 @@ def quantized_resnet18(size: int):
     return quantize_model(model, samples, activations="uint8")[0]
 
 
-def arguments(node, graph, rng) -> list[np.ndarray]:
-    """The node's weights and parameters as packaged, a random input, a zero output."""
-    args = []
-    for name in node.inputs:
-        v = graph.values[name]
-        if v.data is not None:
-            args.append(np.ascontiguousarray(v.data))
-        else:
-            args.append(rng.integers(-128, 128, v.shape).astype(v.dtype))
-    args += [np.zeros(graph.values[o].shape, graph.values[o].dtype) for o in node.outputs]
-    return args
-
-
 def layer_rows(size: int) -> tuple[list[dict], dict]:
     board = load_board("accel-sim")
     target = AccelTarget.of(board)
     graph, _ = prepare_graph(quantized_resnet18(size), board)
     sim = Simulator(target.config())
-    rng = np.random.default_rng(1)
     rows = []
     for node in graph.nodes:
         if node.op not in ACCEL_OPS:
@@ -77,16 +65,10 @@ def layer_rows(size: int) -> tuple[list[dict], dict]:
             except Exception as e:  # a tiling two threads cannot split
                 row[f"vt{vt}"] = {"error": str(e)}
                 continue
-            res = sim.run(kernel.program, arguments(node, graph, rng))
+            res = sim.run(kernel.program, node_arrays(node, graph, seed=1))
             row[f"vt{vt}"] = {"cycles": res.cycles, "utilisation": res.utilisation}
         rows.append(row)
-    return rows, graph_placement(graph)
-
-
-def graph_placement(graph) -> dict:
-    from packager.graph.passes.place_accel import placement
-
-    return placement(graph)
+    return rows, placement(graph)
 
 
 def main(argv=None) -> int:

@@ -12,10 +12,14 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
+
 from .errors import PackagerError
+from .names import safe_name
 
 # ISO C mode turns floating-point contraction off; kernels are written to become FMAs.
 CFLAGS = ("-O2", "-std=c99", "-fno-math-errno", "-ffp-contract=fast")
@@ -167,12 +171,6 @@ def clear_cache() -> None:
 def run_outputs(exe: Path, bundle: Path, inputs: dict, outputs: list[str], timeout_s=600):
     """Run ``bundle`` with ``exe`` (its run_bundle) on ``inputs`` (name -> array) in a
     temporary directory and return its outputs, in the order of ``outputs`` (names)."""
-    import tempfile
-
-    import numpy as np
-
-    from .names import safe_name
-
     with tempfile.TemporaryDirectory(prefix="packager-run-") as d:
         cmd = [str(exe), str(bundle), "--output-dir", f"{d}/out"]
         for k, (name, a) in enumerate(inputs.items()):

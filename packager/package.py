@@ -207,33 +207,32 @@ def integer_ops(graph: Graph) -> bool:
     return False
 
 
-def integer_selftest(model, input_shapes, path: str, inputs, say) -> list[np.ndarray]:
+def integer_selftest(model, compiled, board, input_shapes, path, inputs, say) -> list:
     """The selftest's expected outputs for a model with integer kernels: what the
     packager's own kernels give for ``inputs`` on this machine (a bundle of the model for
-    the host, built and run in a temporary directory). Integer kernels give the same
-    bytes on every target (fixed-point requantization, no float rounding), so the board
-    must reproduce these to the float tolerance; a reference that computes the QDQ model
-    in floats (ONNX Runtime) differs by up to a quantization step, which the selftest's
-    tolerance is not meant to absorb. How close the integer kernels are to the QDQ model
-    is what the test suite checks (docs/quantization.md)."""
+    the host, built and run in a temporary directory; ``compiled`` itself when ``board``
+    is this machine's CPU alone). Integer kernels give the same bytes on every target
+    (fixed-point requantization, no float rounding), so the board must reproduce these
+    to the float tolerance; a reference that computes the QDQ model in floats (ONNX
+    Runtime) differs by up to a quantization step, which the selftest's tolerance is not
+    meant to absorb. How close the integer kernels are to the QDQ model is what the test
+    suite checks (docs/quantization.md)."""
     import tempfile
 
     from .native import CFLAGS, build_run_bundle, run_outputs
 
     say("selftest: expected outputs from this machine's build of the integer kernels")
-    host = _host()
-    compiled = compile_model(model, host, input_shapes, path)
-    tmp = tempfile.TemporaryDirectory(prefix="packager-selftest-")
-    try:
-        bundle = Path(tmp.name) / "bundle"
+    if not (board.is_local and board.opencl is None and board.accel is None):
+        board = _host()
+        compiled = compile_model(model, board, input_shapes, path)
+    with tempfile.TemporaryDirectory(prefix="packager-selftest-") as d:
+        bundle = Path(d) / "bundle"
         bundle.mkdir()
         write_bundle_files(bundle, compiled, {}, None)
-        exe = build_run_bundle(bundle, cflags=[*CFLAGS, *host.toolchain.cflags])
+        exe = build_run_bundle(bundle, cflags=[*CFLAGS, *board.toolchain.cflags])
         feeds = dict(zip(compiled.graph.inputs, inputs, strict=True))
         outs = run_outputs(exe, bundle, feeds, compiled.graph.outputs)
         return [np.ascontiguousarray(o) for o in outs]
-    finally:
-        tmp.cleanup()
 
 
 def _unique_node_names(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -299,7 +298,10 @@ def package(
     check_memory(memory, board, model_path)  # before the selftest's minutes, and any file
     tests = make_selftest(model, compiled.graph, path=model_path) if selftest else None
     if tests is not None and integer_ops(compiled.graph):
-        tests = (tests[0], integer_selftest(model, input_shapes, model_path, tests[0], say))
+        tests = (
+            tests[0],
+            integer_selftest(model, compiled, board, input_shapes, model_path, tests[0], say),
+        )
     manifest = {
         "format": "packager-bundle",
         "version": 1,

@@ -284,16 +284,22 @@ class Measurer:
 
 
 def accel_arrays(task: Task, seed: int = 0) -> list:
-    """An accelerator task's arguments: the node's constants (weights, epilogue
-    parameters) where the graph has them, else seeded random int8 values (activations);
-    outputs filled with one byte value, so bytes a program leaves unwritten show."""
+    """An accelerator task's arguments (node_arrays of its node)."""
+    return node_arrays(task.node, task.graph, seed)
+
+
+def node_arrays(node, graph, seed: int = 0) -> list:
+    """A node's arguments, to run its program alone: the node's constants (weights,
+    epilogue parameters) where the graph has them, else seeded random int8 values
+    (activations); outputs filled with one byte value, so bytes a program leaves unwritten
+    show."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     out = []
-    n_in = len(task.node.inputs)
-    for k, name in enumerate([*task.node.inputs, *task.node.outputs]):
-        v = task.graph.values[name]
+    n_in = len(node.inputs)
+    for k, name in enumerate([*node.inputs, *node.outputs]):
+        v = graph.values[name]
         if k < n_in and v.data is not None:
             a = np.array(v.data, dtype=v.dtype, order="C")
         elif k < n_in:
