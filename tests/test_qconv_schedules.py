@@ -5,17 +5,33 @@ in quads so it runs on the dot-product intrinsic. Each equals the simple schedul
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from packager.boards import load_board
 from packager.codegen import codegen_c
 from packager.frontend.importer import import_onnx
-from packager.graph.passes.quantize import narrow_bounds, narrow_epilogue, quantize
+from packager.graph.passes.quantize import (
+    narrow_bounds,
+    narrow_epilogue,
+    pack_dw_int8,
+    quantize,
+)
+from packager.graph.pipeline import PassContext
 from packager.target import CpuTarget
-from tests.test_tensorize import _cpu_flags, _host_asm, qconv_case, qconv_func, run_host
+from tests.test_tensorize import (
+    HOST_FLAGS,
+    _cpu_flags,
+    _host_asm,
+    cross_run,
+    qconv_case,
+    qconv_func,
+    run_host,
+)
 
 
 def depthwise_case(act: str, lanes: int, c=20, hw=9, stride=1, seed=0):
@@ -75,6 +91,132 @@ def test_depthwise_multiply_add_is_bit_exact_on_host(act, lanes, need, reg):
     assert re.search(rf"vpmaddwd\s+%{reg}", _host_asm(src)), f"no {reg} vpmaddwd in the kernel"
 
 
+def dw_quads_case(act: str, lanes: int, c=20, hw=11, k=3, stride=1, seed=1):
+    """The same depthwise conv twice: weights one tap a step (as ``depthwise_case``)
+    and in quads of taps (quantize.pack_dw_int8, attr ``dw_taps``)."""
+    rng = np.random.default_rng(seed)
+    lo, hi = (0, 256) if act == "uint8" else (-128, 128)
+    x = rng.integers(lo, hi, (1, c, hw, hw)).astype(act)
+    x.reshape(-1)[:8] = (0, hi - 1, hi - 1, lo, 1, hi - 1, lo, 2)  # extremes
+    real = rng.integers(-128, 128, (c, 1, k, k)).astype(np.int8)
+    real.reshape(-1)[:8] = (-128, 127) * 4
+    nb = -(-c // lanes)
+    taps = np.zeros((nb * lanes, k, k), np.int8)
+    taps[:c] = real[:, 0]
+    one = np.ascontiguousarray(taps.reshape(nb, lanes, k, k).transpose(0, 2, 3, 1))
+    rq = np.zeros((7, nb * lanes), np.int64)
+    rq[0] = rng.integers(2**30, 2**31, rq.shape[1])
+    rq[1], rq[2] = 34, 1 << 33
+    rq[3], rq[4] = 0, 2**62
+    rq[6] = rng.integers(-5000, 5000, rq.shape[1])
+    pads = k // 2
+    attrs = dict(
+        strides=[stride] * 2, pads=[pads] * 4, groups=c, oc=c, x_zp=5, y_zp=-3, out_dtype="int8"
+    )
+    plain = [x, one.reshape(nb, 1, k, k, lanes, 1), rq]
+    quads = [x, pack_dw_int8(real, lanes), rq]
+    return plain, quads, attrs
+
+
+def test_pack_dw_int8_puts_each_rows_taps_in_quads():
+    w = np.arange(3 * 5 * 5, dtype=np.int8).reshape(3, 1, 5, 5)
+    p = pack_dw_int8(w, 4)
+    assert p.shape == (1, 1, 5, 2, 4, 4)  # 3 channels -> 4 lanes, 5 taps -> 2 quads
+    for c in range(3):
+        for kh in range(5):
+            for kw in range(8):
+                want = w[c, 0, kh, kw] if kw < 5 else 0
+                assert p[0, 0, kh, kw // 4, c, kw % 4] == want
+    assert not p[0, :, :, :, 3].any()  # the padded channel
+
+
+DW_QUADS = [  # act, lanes, stride, k, what the host must have to run it
+    ("uint8", 16, 1, 3, "avx512_vnni"),
+    ("uint8", 16, 2, 3, "avx512_vnni"),
+    ("uint8", 16, 1, 5, "avx512_vnni"),
+    ("uint8", 16, 2, 7, "avx512_vnni"),
+    ("uint8", 8, 1, 3, None),  # no dot product at 8 lanes without avx_vnni: the C loop
+]
+
+
+@pytest.mark.parametrize("act,lanes,stride,k,need", DW_QUADS)
+def test_depthwise_in_quads_of_taps_equals_one_tap_a_step(act, lanes, stride, k, need):
+    """4 taps per vpdpbusd (the 4 pixels' channels transposed in registers): the same
+    bytes as the one-tap-a-step conv, through the last quad's taps past the kernel
+    (zero weights reading the extra padded columns)."""
+    if need and need not in _cpu_flags():
+        pytest.skip(f"this machine has no {need}")
+    plain, quads, attrs = dw_quads_case(act, lanes, k=k, stride=stride)
+    target = CpuTarget(vector_bits=32 * lanes, features=(need,) if need else ())
+    qattrs = attrs | {"dw_taps": k}
+    want = run_host(plain, attrs, None)
+    assert (want == -3).any() and (want != -3).any()
+    src = codegen_c(qconv_func(quads, qattrs, target)[0])
+    assert re.search(r"pk_dwdot_\w+\(&qconv_acc\[[^\]]*\], &qconv_pad\[", src), "no quad call"
+    np.testing.assert_array_equal(run_host(quads, qattrs, target), want)
+    np.testing.assert_array_equal(run_host(quads, qattrs, None), want)
+    if need:
+        # vpermb transposes where the compiler has AVX512-VBMI, else vpermd + vpshufb
+        for off, insns in ((None, ("vpermb",)), ("vbmi", ("vpermd", "vpshufb"))):
+            flags = (*HOST_FLAGS, f"-mno-avx512{off}") if off else HOST_FLAGS
+            if off is None and "avx512vbmi" not in _cpu_flags():
+                continue
+            asm = _host_asm(src, flags)
+            for insn in ("vpdpbusd", *insns):
+                assert re.search(rf"{insn}\s+.*%zmm", asm), f"no zmm {insn} ({flags})"
+            np.testing.assert_array_equal(run_host(quads, qattrs, target, flags), want)
+        # the same C without VNNI: the intrinsic's C loop, the same bytes
+        flags = (*HOST_FLAGS, "-mno-avx512vnni")
+        np.testing.assert_array_equal(run_host(quads, qattrs, target, flags), want)
+
+
+def test_avx_vnni_depthwise_compiles_to_ymm_dot_products():
+    """The 8-lane body (AVX-VNNI, e.g. Alder Lake) assembles to ymm vpdpbusd; this
+    machine may not run it, the C loop it guards is checked above."""
+    plain, quads, attrs = dw_quads_case("uint8", 8)
+    target = CpuTarget(vector_bits=256, features=("avx_vnni",))
+    src = codegen_c(qconv_func(quads, attrs | {"dw_taps": 3}, target)[0])
+    asm = _host_asm(src, ("-O2", "-fPIC", "-std=c99", "-mavx2", "-mavxvnni"))
+    assert re.search(r"vpdpbusd\s+.*%ymm", asm) and re.search(r"vpermd\s+.*%ymm", asm)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_in_quads_runs_on_sdot_under_qemu(stride, tmp_path):
+    """Raspberry Pi 5 (dotprod): 4 taps per sdot after a tbl transpose; the bytes of
+    the one-tap-a-step conv, run under qemu-aarch64."""
+    plain, quads, attrs = dw_quads_case("int8", 4, c=10, stride=stride)
+    asm, got = cross_run("rpi5", quads, attrs | {"dw_taps": 3}, tmp_path)
+    assert re.search(r"\bsdot\s+v\d+\.4s", asm) and re.search(r"\btbl\s+v\d+\.16b", asm)
+    np.testing.assert_array_equal(got, run_host(plain, attrs, None))
+
+
+@pytest.mark.parametrize(
+    "board,feats,act,quads",
+    [
+        ("host", ("avx2", "avx512f", "avx512bw", "avx512_vnni"), "uint8", True),
+        ("host", ("avx2", "avx512f", "avx512bw"), "uint8", False),  # no VNNI
+        ("host", ("avx2", "avx512f", "avx512bw", "avx512_vnni"), "int8", False),  # u8 x s8
+        ("rpi5", ("asimd", "asimddp"), "int8", True),
+        ("rpi5", ("asimd", "asimddp"), "uint8", False),  # sdot: signed bytes
+        ("rpi4", ("asimd",), "int8", False),  # no dot product
+    ],
+)
+def test_quantize_packs_depthwise_taps_in_quads_where_the_board_has_the_dot_product(
+    board, feats, act, quads
+):
+    b = load_board(board)
+    b = replace(b, features=feats, vector_bits=512 if board == "host" else b.vector_bits)
+    model = _qdq_conv(8, groups=8, act=act)
+    graph = quantize(import_onnx("dw.onnx", model=model), PassContext(board=b))
+    (conv,) = [n for n in graph.nodes if n.op == "qconv2d"]
+    w = graph.values[conv.inputs[1]].data
+    lanes = 16 if board == "host" else 4
+    if quads:
+        assert conv.attrs["dw_taps"] == 3 and w.shape == (8 // lanes or 1, 1, 3, 1, lanes, 4)
+    else:
+        assert "dw_taps" not in conv.attrs and w.shape == (8 // lanes or 1, 1, 3, 3, lanes, 1)
+
+
 def _blocked(x: np.ndarray, b: int, fill: int) -> np.ndarray:
     """NCHW -> (N, C/B, H, W, B), the channels past C set to ``fill``."""
     n, c, h, w = x.shape
@@ -114,21 +256,24 @@ def test_blocked_input_and_output_give_the_nchw_bytes(kind, k, pads, out_block):
         assert "qconv_pad" not in src, "a padded copy where the block is read in place"
 
 
-def _qdq_conv(c: int) -> onnx.ModelProto:
+def _qdq_conv(c: int, groups: int = 1, act: str = "uint8") -> onnx.ModelProto:
+    """Q -> DQ -> Conv 3x3 (8 output channels, ``groups``) -> Q -> DQ, ``act``
+    activations, on a (1, c, 8, 8) input."""
     rng = np.random.default_rng(0)
-    w = rng.integers(-127, 128, (8, c, 3, 3)).astype(np.int8)
+    w = rng.integers(-127, 128, (8, c // groups, 3, 3)).astype(np.int8)
+    zp = np.uint8(128) if act == "uint8" else np.int8(0)
     inits = [
         numpy_helper.from_array(w, "w"),
         numpy_helper.from_array(np.full(8, 0.01, np.float32), "ws"),
         numpy_helper.from_array(np.zeros(8, np.int8), "wz"),
         numpy_helper.from_array(np.float32(0.02), "s"),
-        numpy_helper.from_array(np.uint8(128), "z"),
+        numpy_helper.from_array(zp, "z"),
     ]
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
         helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
         helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
-        helper.make_node("Conv", ["xd", "wd"], ["y"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["xd", "wd"], ["y"], pads=[1, 1, 1, 1], group=groups),
         helper.make_node("QuantizeLinear", ["y", "s", "z"], ["yq"]),
         helper.make_node("DequantizeLinear", ["yq", "s", "z"], ["out"]),
     ]

@@ -189,10 +189,12 @@ def isa_for(act: str, lanes: int, target: CpuTarget) -> str | None:
     return None
 
 
-def _c_def(name: str, act: str, lanes: int, isa: str | None) -> str:
+def _c_def(name: str, act: str, lanes: int, isa: str | None, isas=None, a_at="k") -> str:
+    """The intrinsic's C: ``isas[isa]``'s body under its guard over the scalar loop
+    (``a_at``: where lane l's k-th activation lies)."""
     scalar = f"""    for (int l = 0; l < {lanes}; ++l) {{
         int32_t s = acc[l];
-        for (int k = 0; k < 4; ++k) s += (int32_t)a[k] * (int32_t)w[4 * l + k];
+        for (int k = 0; k < 4; ++k) s += (int32_t)a[{a_at}] * (int32_t)w[4 * l + k];
         acc[l] = s;
     }}"""
     head = (
@@ -201,7 +203,7 @@ def _c_def(name: str, act: str, lanes: int, isa: str | None) -> str:
     )
     if isa is None:
         return f"{head}\n{scalar}\n}}"
-    _, guard, header, body = _ISAS[isa]
+    _, guard, header, body = (isas or _ISAS)[isa]
     return (
         f"#if {guard}\n#include <{header}>\n{WIDE.get(isa, '')}#endif\n{head}\n#if {guard}\n"
         f"{body(act, lanes)}\n#else\n{scalar}\n#endif\n}}"
@@ -294,3 +296,95 @@ def mac_intrin(act: str, lanes: int, target: CpuTarget) -> TensorIntrin | None:
     """The depthwise multiply-add intrinsic for ``lanes`` int32 lanes, or None."""
     isa = mac_isa_for(lanes, target)
     return _mac(act, lanes, isa) if isa else None
+
+
+# --- depthwise in quads of taps: one dot-product step per 4 taps ------------------
+
+
+def dwdot_declaration(act: str, lanes: int) -> te.Tensor:
+    """out[l] = sum_k int32(a[k, l]) * int32(w[l, k]): 4 taps of a depthwise conv at
+    once (a: the L channels of 4 consecutive input pixels, as the blocked input holds
+    them; w: each channel's 4 tap weights together)."""
+    a = te.placeholder((4, lanes), act, "a")
+    w = te.placeholder((lanes, 4), "int8", "w")
+    k = te.reduce_axis(4, "k")
+    return te.compute(
+        (lanes,),
+        lambda j: te.sum(te.cast("int32", a[(k, j)]) * te.cast("int32", w[(j, k)]), [k]),
+        name=f"dwdot_{_SHORT[act]}x{lanes}",
+    )
+
+
+# The 4 pixels x L channels the input holds are turned into L channels x 4 taps: the
+# 32-bit words holding channels 4i..4i+3 of each pixel are gathered into 128-bit lane i
+# (vpermd), then each lane's 4x4 bytes are transposed (vpshufb); the dot product of
+# each 32-bit word with the channel's 4 weights is one vpdpbusd (u8 x s8, exact int32).
+_TRANSPOSE4 = "0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15"
+
+
+def _dw_avx512_vnni(act: str, lanes: int) -> str:
+    # with AVX512-VBMI (Ice Lake, Zen 4) one vpermb does the whole transpose
+    order = ", ".join(str(16 * (p % 4) + p // 4) for p in range(64))
+    return f"""#if defined(__AVX512VBMI__)
+    static const uint8_t order[64] = {{{order}}};
+    const __m512i t =
+        _mm512_permutexvar_epi8(_mm512_loadu_si512((const void *)order),
+                                _mm512_loadu_si512((const void *)a));
+#else
+    const __m512i words = _mm512_setr_epi32({_TRANSPOSE4});
+    const __m512i bytes = _mm512_broadcast_i32x4(_mm_setr_epi8({_TRANSPOSE4}));
+    const __m512i t = _mm512_shuffle_epi8(
+        _mm512_permutexvar_epi32(words, _mm512_loadu_si512((const void *)a)), bytes);
+#endif
+    __m512i c = _mm512_loadu_si512((const void *)acc);
+    c = _mm512_dpbusd_epi32(c, t, _mm512_loadu_si512((const void *)w));
+    _mm512_storeu_si512((void *)acc, c);"""
+
+
+def _dw_avx_vnni(act: str, lanes: int) -> str:
+    return f"""    const __m256i words = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    const __m256i bytes = _mm256_broadcastsi128_si256(_mm_setr_epi8({_TRANSPOSE4}));
+    const __m256i t = _mm256_shuffle_epi8(
+        _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)a), words), bytes);
+    __m256i c = _mm256_loadu_si256((const __m256i *)acc);
+    c = _mm256_dpbusd_avx_epi32(c, t, _mm256_loadu_si256((const __m256i *)w));
+    _mm256_storeu_si256((__m256i *)acc, c);"""
+
+
+def _dw_sdot(act: str, lanes: int) -> str:
+    return f"""    static const uint8_t order[16] = {{{_TRANSPOSE4}}};
+    const int8x16_t t = vqtbl1q_s8(vld1q_s8(a), vld1q_u8(order));
+    vst1q_s32(acc, vdotq_s32(vld1q_s32(acc), t, vld1q_s8(w)));"""
+
+
+_DW_ISAS = {
+    "avx512_vnni": (
+        "vpdpbusd zmm",
+        "defined(__AVX512VNNI__) && defined(__AVX512BW__)",
+        "immintrin.h",
+        _dw_avx512_vnni,
+    ),
+    "avx_vnni": ("vpdpbusd ymm", "defined(__AVXVNNI__)", "immintrin.h", _dw_avx_vnni),
+    "sdot": ("sdot", "defined(__ARM_FEATURE_DOTPROD)", "arm_neon.h", _dw_sdot),
+}
+
+
+def dwdot_isa_for(act: str, lanes: int, target: CpuTarget) -> str | None:
+    """The ISA whose dot product runs a depthwise conv 4 taps at a time, None where the
+    target has none (the conv then takes one multiply-add per tap, ``mac_intrin``).
+    The quantize pass packs a depthwise conv's weights in quads of taps only then."""
+    isa = isa_for(act, lanes, target)
+    return isa if isa in _DW_ISAS else None
+
+
+@functools.cache
+def _dwdot(act: str, lanes: int, isa: str | None) -> TensorIntrin:
+    name = f"pk_dwdot_{_SHORT[act]}x{lanes}_{isa or 'scalar'}"
+    c_def = _c_def(name, act, lanes, isa, _DW_ISAS, f"{lanes} * k + l")
+    label = _DW_ISAS[isa][0] if isa else "scalar"
+    return TensorIntrin(name, dwdot_declaration(act, lanes), c_def, label)
+
+
+def dwdot_intrin(act: str, lanes: int, target: CpuTarget) -> TensorIntrin:
+    """The depthwise quad-of-taps intrinsic for ``lanes`` int32 lanes."""
+    return _dwdot(act, lanes, dwdot_isa_for(act, lanes, target))

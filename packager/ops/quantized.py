@@ -35,7 +35,7 @@ from __future__ import annotations
 from .. import te
 from ._cpu import fallback, find_tagged, padded_copy_at_root, run_parallel
 from ._window import out_len, reduce_axes, split_pads, window_index
-from .int8_intrin import dot4_intrin, mac_intrin
+from .int8_intrin import dot4_intrin, dwdot_intrin, mac_intrin
 from .pad import pad_tensor
 from .registry import ScheduleContext, register_op, register_schedule
 
@@ -274,6 +274,9 @@ def qconv2d(inputs, attrs):
     """
     x, w, rq = inputs[:3]
     residual = inputs[3] if len(inputs) > 3 else None
+    if attrs.get("dw_taps"):
+        acc = _dw_quads_acc(x, w, attrs)
+        return _requantized(acc, rq, residual, attrs, x.shape[0], int(attrs["oc"]))
     groups = int(attrs.get("groups", 1))
     strides = list(attrs.get("strides") or [1, 1])
     dilations = list(attrs.get("dilations") or [1, 1])
@@ -347,6 +350,14 @@ def qconv2d(inputs, attrs):
         },
     )
 
+    return _requantized(acc, rq, residual, attrs, x.shape[0], oc)
+
+
+def _requantized(acc: te.Tensor, rq, residual, attrs: dict, n: int, oc: int) -> list:
+    """The requantize epilogue of an accumulator (N, OC'/L, OH, OW, L): its output
+    blocked alike (``out_block``) or NCHW with the real ``oc`` channels."""
+    nb, lanes, spatial = acc.shape[1], acc.shape[4], list(acc.shape[2:4])
+
     def requant(n, ob, oh, ow, oi):
         m = ob * lanes + oi
         r = None
@@ -365,12 +376,55 @@ def qconv2d(inputs, attrs):
         ]
     return [
         te.compute(
-            [x.shape[0], oc, *spatial],
+            [n, oc, *spatial],
             _unblock(blocked, lanes, attrs["out_dtype"]),
             name="qconv",
             tag="requantize",
         )
     ]
+
+
+def _dw_quads_acc(x: te.Tensor, w: te.Tensor, attrs: dict) -> te.Tensor:
+    """The accumulator of a depthwise conv whose weights hold each row's taps in quads
+    (attr ``dw_taps``: the kernel's real width KW; w (C'/L, 1, KH, ceil(KW/4), L, 4),
+    quantize.pack_dw_int8): acc[n, ob, oh, ow, l] = sum over kh, quad j, k < 4 of
+    x[ih, ow * stride + 4j + k, channel ob*L + l] * w[ob, 0, kh, j, l, k]. The input is
+    padded and blocked like the accumulator (one vector of L channels a pixel), with
+    columns enough on the right for the last quad's taps past KW (zero weights), so 4
+    taps are 4 consecutive vectors: one dot-product step (int8_intrin.dwdot_intrin)."""
+    nb, _, kh, nq, lanes, k4 = w.shape
+    kw = int(attrs["dw_taps"])
+    strides = list(attrs.get("strides") or [1, 1])
+    dilations = list(attrs.get("dilations") or [1, 1])
+    before, after = split_pads(attrs.get("pads"), 2)
+    c_in = int(attrs["c"]) if x.ndim == 5 else x.shape[1]
+    spatial = [
+        out_len(x.shape[2 + i], (kh, kw)[i], strides[i], dilations[i], before[i], after[i])
+        for i in range(2)
+    ]
+    width = x.shape[3] + before[1] + after[1]
+    after = [after[0], after[1] + max(0, (spatial[1] - 1) * strides[1] + nq * k4 - width)]
+    xp = _pad_in_quads(x, c_in, before, after, nb, lanes, int(attrs["x_zp"]))
+    rkh, rj, rk = te.reduce_axis(kh, "rkh"), te.reduce_axis(nq, "rj"), te.reduce_axis(k4, "rk")
+
+    def f(n, ob, oh, ow, oi):
+        ih = window_index(oh, rkh, strides[0], dilations[0])
+        a = xp[(n, ob, ih, ow * strides[1] + rj * k4 + rk, oi)]
+        return te.sum(_widen(a) * _widen(w[(ob, 0, rkh, rj, oi, rk)]), [rkh, rj, rk])
+
+    return te.compute(
+        [x.shape[0], nb, *spatial, lanes],
+        f,
+        name="qconv_acc",
+        tag="qconv",
+        attrs={
+            "groups": int(attrs["groups"]),
+            "strides": strides,
+            "dilations": dilations,
+            "depthwise": True,
+            "dw_quads": True,
+        },
+    )
 
 
 def _narrow(blocked: te.Tensor, out: str):
@@ -631,6 +685,13 @@ def _depthwise_qconv(ctx: ScheduleContext, acc: te.Tensor) -> te.Schedule:
     st = sch[acc]
     st.compute_at(st_out, owo)
     an, ob, aoh, aow, oi = st.op.axis
+    if acc.op.attrs.get("dw_quads"):  # one dot-product step per column and 4 taps
+        rkh, rj, rk = st.op.reduce_axis
+        st.reorder(an, ob, aoh, rkh, rj, aow, oi, rk)
+        st.tensorize(oi, dwdot_intrin(pad.dtype, lanes, ctx.target))
+        st.unroll(aow)
+        _epilogue_at(sch, rqb, st_out, owo)
+        return sch
     rcb, rk0, rk1, rci = st.op.reduce_axis
     intrin = mac_intrin(pad.dtype, lanes, ctx.target)
     if intrin is None:

@@ -134,7 +134,8 @@ class _Layout:
             return False
         ncb, k4 = self.graph.values[node.inputs[1]].shape[1], node_k4(self.graph, node)
         groups = int(node.attrs.get("groups", 1))
-        depthwise = groups > 1 and ncb * k4 == 1 and int(node.attrs["oc"]) == groups
+        one = ncb * k4 == 1 or node.attrs.get("dw_taps")  # a channel, or quads of taps
+        depthwise = groups > 1 and one and int(node.attrs["oc"]) == groups
         return groups == 1 and k4 == 4 or depthwise
 
     # --- rewriting ----------------------------------------------------------------

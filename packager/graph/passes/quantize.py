@@ -26,7 +26,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from ...target import AccelTarget
+from ...boards import load_board
+from ...ops.int8_intrin import dwdot_isa_for
+from ...target import AccelTarget, CpuTarget, Target
 from ..ir import Graph, Node
 from ..uses import add_const, consumers, producers
 from .pack_gemm_weights import _block
@@ -39,11 +41,16 @@ _QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 
 def quantize(graph: Graph, ctx=None) -> Graph:
     lanes = max(_block(ctx), 1) if ctx is not None else 4
-    m = _Matcher(graph, lanes, _accel_target(ctx))
+    m = _Matcher(graph, lanes, _accel_target(ctx), _cpu_target(ctx))
     for k, node in enumerate(graph.nodes):
         if node.op == "quantize_linear":
             m.try_chain(k)
     return m.result()
+
+
+def _cpu_target(ctx) -> CpuTarget | None:
+    """The board's CPU target (its int8 instructions), None without a board."""
+    return Target.cpu(ctx.board or load_board("host")) if ctx is not None else None
 
 
 def _accel_target(ctx):
@@ -55,8 +62,9 @@ def _accel_target(ctx):
 
 
 class _Matcher:
-    def __init__(self, graph: Graph, lanes: int, accel=None):
+    def __init__(self, graph: Graph, lanes: int, accel=None, cpu: CpuTarget | None = None):
         self.graph = graph
+        self.cpu = cpu  # the board's CPU: whether depthwise convs take quads of taps
         self.accel = accel  # the board's accelerator: its convs keep their adds apart
         self.values = dict(graph.values)
         self.lanes = lanes
@@ -263,6 +271,9 @@ class _Matcher:
         groups = int(node.attrs.get("groups", 1))
         k4 = 4 if groups == 1 else min(4, cg)
         packed = pack_conv_int8(w, self.lanes, k4)
+        taps = {}
+        if self.dw_quads(node, x, w):  # 4 taps a dot-product step (int8_intrin.py)
+            packed, taps = pack_dw_int8(w, self.lanes), {"dw_taps": w.shape[3]}
         corr = bias - x[2] * w.reshape(oc, -1).astype(np.int64).sum(1)
         wabs = np.abs(w.reshape(oc, -1).astype(np.int64)).sum(1)
         rq = self.rq_table(acc_scale, corr, yq, act, residual, packed.shape[0] * self.lanes)
@@ -274,7 +285,22 @@ class _Matcher:
         rq, attrs["rq32"] = self.narrowed(rq, wabs, x, yq, q, residual)
         # multiply-accumulates, for graph.json's op count (the profile's GOP/s)
         attrs["macs"] = math.prod(self.values[node.outputs[0]].shape) * (w.size // oc)
-        return self.integer_node("qconv2d", q, x, packed, rq, yq, residual, attrs | {"oc": oc})
+        attrs |= {"oc": oc, **taps}
+        return self.integer_node("qconv2d", q, x, packed, rq, yq, residual, attrs)
+
+    def dw_quads(self, node: Node, x, w: np.ndarray) -> bool:
+        """Whether a depthwise conv runs 4 taps per dot-product step on this target: one
+        input and output channel per group, no dilation along the row, and the target's
+        dot product takes this activation type at this width."""
+        oc, cg = w.shape[:2]
+        dilations = list(node.attrs.get("dilations") or [1, 1])
+        return (
+            self.cpu is not None
+            and cg == 1
+            and oc == int(node.attrs.get("groups", 1)) > 1
+            and dilations[-1] == 1
+            and dwdot_isa_for(self.values[x[0]].dtype, self.lanes, self.cpu) is not None
+        )
 
     def dense(self, node, x, yq, q, act, residual) -> Node | None:
         trans_b = bool(node.attrs.get("trans_b", 0))
@@ -449,6 +475,18 @@ def pack_conv_int8(w: np.ndarray, lanes: int, k4: int) -> np.ndarray:
     full[:oc, :cg] = w
     blocks = full.reshape(ocp // lanes, lanes, cgp // k4, k4, kh, kw)
     return np.ascontiguousarray(blocks.transpose(0, 2, 4, 5, 1, 3))
+
+
+def pack_dw_int8(w: np.ndarray, lanes: int) -> np.ndarray:
+    """Depthwise (C, 1, KH, KW) int8 -> (C'/L, 1, KH, ceil(KW/4), L, 4): each channel's
+    taps along a row in quads, zeros padding C and the last quad:
+    packed[ob, 0, kh, j, l, k] = w[ob*L + l, 0, kh, 4j + k]."""
+    c, _, kh, kw = w.shape
+    cp, kwp = -(-c // lanes) * lanes, -(-kw // 4) * 4
+    full = np.zeros((cp, kh, kwp), np.int8)
+    full[:c, :, :kw] = w[:, 0]
+    blocks = full.reshape(cp // lanes, lanes, kh, kwp // 4, 4)
+    return np.ascontiguousarray(blocks.transpose(0, 2, 3, 1, 4))[:, None]
 
 
 def pack_dense_int8(w: np.ndarray, lanes: int, k4: int) -> np.ndarray:
