@@ -13,9 +13,13 @@ Groups: every group must start on a block boundary (Cg % xw == 0 and OC/groups %
 == 0), so a group's inputs are whole blocks; depthwise convs (one input and one output
 channel per group) instead read the input block of their own output block (x == y,
 xw == 1). Spanned groups (attr ``spanned``, groups that would split a block): the weight is
-(OC/y, S, KH, KW, xw, y), output block ob reading the S input blocks from
-start(ob) = min(first group of ob * Cg // xw, C/xw - S), zero weights for channels
-outside an output channel's group (layout_pack.pack_spanned_conv_weight). The output
+(OC/y, S, KH, KW, xw, y), output block ob reading the input blocks from
+start(ob) = first group of ob * Cg // xw to end(ob) = ceil((last group of ob + 1) * Cg /
+xw), at most S of them, zero weights for channels outside an output channel's group
+(layout_pack.pack_spanned_conv_weight). The reduction over S blocks masks out those past
+end(ob) (``where``), which lowering turns into the bound of the block loop: an output
+block inside a group reads its group's blocks only, not the S of one straddling two. The
+output
 block is the innermost axis, contiguous in both the output and
 the packed weight, so a schedule can vectorize it.
 """
@@ -60,6 +64,16 @@ class _Shapes:
             )
 
 
+def _span(ob, sh: _Shapes):
+    """The input blocks output block ``ob`` of a spanned conv reads, [start, end): those
+    of the groups of its first and last output channels (layout_pack.span_start and
+    span_end, which packed its weight)."""
+    y, og, cg, xb = sh.y, sh.mg, sh.cg, sh.x_block
+    start = (ob * y // og) * cg // xb
+    end = (((ob * y + (y - 1)) // og + 1) * cg + (xb - 1)) // xb
+    return start, end
+
+
 def _load(xp: te.Tensor, n, cb, ci, ih, iw):
     return xp[(n, cb, ih, iw, ci)] if xp.ndim == 5 else xp[(n, cb, ih, iw)]
 
@@ -101,12 +115,15 @@ def conv2d_nchwc(inputs, attrs):
     def f(n, ob, oh, ow, oi):
         ih = window_index(oh, rk[0], strides[0], dilations[0])
         iw = window_index(ow, rk[1], strides[1], dilations[1])
+        where = None
         if sh.depthwise:
             cb, ci, wcb, wci = ob, oi, 0, 0
         else:
             if sh.spanned:
-                first = (ob * sh.y // sh.mg) * sh.cg // sh.x_block
-                cb = te.min_(first, x.shape[1] - blocks_per_group) + rcb
+                start, end = _span(ob, sh)
+                # in range for every rcb (the masked ones too: the evaluator reads them)
+                cb = te.min_(start + rcb, x.shape[1] - 1)
+                where = rcb < end - start
             elif groups == 1:
                 cb = rcb
             else:
@@ -114,7 +131,7 @@ def conv2d_nchwc(inputs, attrs):
             ci = wci = rci if rci is not None else 0
             wcb = rcb
         axes = [a for a in (rcb, *rk, rci) if a is not None]
-        return te.sum(_load(xp, n, cb, ci, ih, iw) * w[(ob, wcb, *rk, wci, oi)], axes)
+        return te.sum(_load(xp, n, cb, ci, ih, iw) * w[(ob, wcb, *rk, wci, oi)], axes, where)
 
     out = te.compute(
         [x.shape[0], w.shape[0], *spatial, sh.y],

@@ -15,6 +15,7 @@ private copies).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
 
@@ -196,7 +197,14 @@ class _Lowering:
         init = Store(buf, index, identity(reduce, body.dtype))
         update = Store(buf, index, _combine(reduce, BufferLoad(buf, index), self.to_buffers(value)))
         upd: Stmt = update
-        if body.where is not None:
+        guards = nest.guards
+        if body.where is not None and st.tensorized is None:
+            # like a split's guard: just inside the innermost loop it depends on (a mask
+            # of whole reduction steps leaves the loops inside it guard-free, and one of
+            # the form ``k < bound`` becomes the bound of k's loop: _Finish)
+            # (simplified first: the variables of loops of one iteration drop out)
+            guards = [*guards, ("reduce", self.simp(self.to_buffers(body.where)))]
+        elif body.where is not None:
             upd = IfThenElse(self.to_buffers(body.where), update)
         data_guards = [g for g in nest.guards if g[0] == "data"]
         inner = leaves[split_at:]
@@ -205,7 +213,7 @@ class _Lowering:
         )
         if st.tensorized is not None:
             inner, upd = self._tensorized(st, nest, inner, body, index, buf)
-        upd_nest = self.loops(st, nest, inner, upd, allocs, nest.guards)
+        upd_nest = self.loops(st, nest, inner, upd, allocs, guards)
         return self.loops(st, nest, leaves[:split_at], seq(init_nest, upd_nest), allocs, [])
 
     def _tensorized(self, st: Stage, nest: _Nest, inner: list, body, index, buf):
@@ -376,7 +384,10 @@ class _Finish(StmtMutator):
             return None
         if _is_one(s.extent) and s.kind in ("serial", "unrolled", "vectorized"):
             return body  # the simplifier already replaced its variable by 0
-        return For(s.var, self.simp(s.min), self.simp(s.extent), s.kind, body, s.thread_tag)
+        extent = self.simp(s.extent)
+        if s.kind == "serial" and _is_zero(s.min):
+            extent, body = _bound_from_guard(s.var, extent, body, self.simp)
+        return For(s.var, self.simp(s.min), extent, s.kind, body, s.thread_tag)
 
     def visit_Seq(self, s: Seq) -> Stmt | None:
         parts = [p for p in map(self.visit, s.stmts) if p is not None]
@@ -398,6 +409,66 @@ class _Finish(StmtMutator):
 
 def _is_one(e: Expr) -> bool:
     return isinstance(e, Const) and e.value == 1
+
+
+def _is_zero(e: Expr) -> bool:
+    return isinstance(e, Const) and e.value == 0
+
+
+def _conjuncts(e: Expr) -> list[Expr]:
+    if isinstance(e, Binary) and e.op == "and":
+        return _conjuncts(e.a) + _conjuncts(e.b)
+    return [e]
+
+
+# The most iterations of the loops between a loop and a guard on its variable that
+# _bound_from_guard evaluates the guard's bound for (a conv's register tile of output
+# blocks, 4 at most).
+MAX_GUARD_POINTS = 16
+
+
+def _bound_from_guard(var: Var, extent: Expr, body: Stmt, simp) -> tuple[Expr, Stmt]:
+    """``for v < n: if (v < e && rest) s`` (e independent of v, no else) as ``for v <
+    min(n, e): if (rest) s``: the loop stops where the guard would turn every later
+    iteration off (a reduction masked by ``k < bound``: conv2d_nchwc's spanned groups).
+    A guard under a few loops of constant extent whose variables e reads (a register
+    tile's output blocks, each with its own bound) stays, and the loop stops at the
+    largest e over them."""
+    path: list[For] = []
+    node = body
+    while isinstance(node, For) and _is_zero(node.min) and isinstance(node.extent, Const):
+        path.append(node)
+        node = node.body
+    if not isinstance(node, IfThenElse) or node.else_ is not None:
+        return extent, body
+    conds = _conjuncts(node.cond)
+    for k, c in enumerate(conds):
+        if not (isinstance(c, Binary) and c.op == "<" and c.a is var and c.b.dtype == INDEX):
+            continue
+        used = set(_vars(c.b))
+        if var in used:
+            continue
+        if not path:
+            rest = conds[:k] + conds[k + 1 :]
+            new = node.then if not rest else IfThenElse(_and(rest), node.then)
+            return simp(Binary("min", extent, c.b, INDEX)), new
+        loops = [f for f in path if f.var in used]
+        points = math.prod(int(f.extent.value) for f in loops)
+        if not loops or points > MAX_GUARD_POINTS:
+            continue
+        most = None
+        for values in itertools.product(*(range(int(f.extent.value)) for f in loops)):
+            e = substitute(c.b, {f.var: _ic(v) for f, v in zip(loops, values, strict=True)})
+            most = e if most is None else Binary("max", most, e, INDEX)
+        return simp(Binary("min", extent, most, INDEX)), body
+    return extent, body
+
+
+def _and(conds: list[Expr]) -> Expr:
+    out = conds[0]
+    for c in conds[1:]:
+        out = Binary("and", out, c, "bool")
+    return out
 
 
 class _Hoist(StmtMutator):

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..te.expr import Binary, Call, Const, Var, is_float, walk
 from ..te.ir import Allocate, Barrier, BufferLoad, PrimFunc, Store
+from ..te.simplify import Bounds
 from ..te.visitor import LoopVisitor, stmts_of
 
 KINDS = ("serial", "parallel", "vectorized", "unrolled")
@@ -38,8 +39,21 @@ class Loop:
     kind: str
 
 
-def _extent(e) -> int:
-    return int(e.value) if isinstance(e, Const) else 1
+def _loops(fors) -> list[Loop]:
+    """The loops around a statement, each with its trip count: a loop bounded at run
+    time (a masked reduction's, lower.py) counts at its most, from the ranges of the
+    loops outside it; 1 where unknown."""
+    ranges: dict = {}
+    out = []
+    for f in fors:
+        if isinstance(f.extent, Const):
+            n = int(f.extent.value)
+        else:
+            hi = Bounds(ranges)(f.extent)[1]
+            n = max(int(hi), 1) if hi is not None else 1
+        ranges[f.var] = (0, n - 1)
+        out.append(Loop(f.var, n, f.kind))
+    return out
 
 
 def stores(prim: PrimFunc) -> list[tuple[list[Loop], Store]]:
@@ -55,7 +69,7 @@ class _Stores(LoopVisitor):
         self.out: list[tuple[list[Loop], Store]] = []
 
     def visit_Store(self, s: Store) -> None:
-        loops = [Loop(f.var, _extent(f.extent), f.kind) for f in self.loops]
+        loops = _loops(self.loops)
         self.out.append((loops, s))
 
 
@@ -244,7 +258,7 @@ class _Intrinsics(LoopVisitor):
         self.out: list = []
 
     def visit_Intrinsic(self, s) -> None:
-        self.out.append(([Loop(f.var, _extent(f.extent), f.kind) for f in self.loops], s))
+        self.out.append((_loops(self.loops), s))
 
 
 def loop_features(prim: PrimFunc) -> np.ndarray:

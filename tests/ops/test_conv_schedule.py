@@ -233,3 +233,56 @@ def test_sixteen_registers_take_a_spill_free_tile_where_one_exists(bits, hw, til
     case = dict(c=16, oc=48, hw=(hw, hw), k=1, stride=1, pad=0)
     got = _defaults(case, CpuTarget(vector_bits=bits))
     assert (got["tile_oc"], got["tile_ow"]) == tile
+
+
+@pytest.mark.parametrize(
+    "c, groups, block, k, knobs",
+    [
+        (48, 4, 8, 1, {}),  # groups of 12 in blocks of 8: output blocks read 2 or 3
+        (48, 4, 8, 1, {"tile_oc": 2}),  # a tile of blocks with different spans
+        # every tile of 3 holds a block straddling two groups: all run the whole span
+        (48, 4, 8, 1, {"tile_oc": 3, "parallel": "none"}),
+        (48, 4, 8, 3, {"tile_oc": 2, "reduce_order": ("kh", "kw", "rcb", "rci")}),
+        (272, 4, 16, 1, {}),  # ShuffleNet's 68-channel groups in blocks of 16
+    ],
+)
+def test_spanned_groups_read_only_their_blocks(c, groups, block, k, knobs):
+    """A grouped conv whose groups split blocks (spanned): each output block's loop over
+    input blocks stops at its own groups' blocks, and the sum is the grouped conv's."""
+    from packager.graph.passes.layout_pack import (
+        from_blocked,
+        pack_spanned_conv_weight,
+        span_end,
+        span_start,
+        to_blocked,
+    )
+
+    from .test_layout_ops import conv_ref
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, c, 5, 7)).astype(np.float32)
+    w = rng.standard_normal((c, c // groups, k, k)).astype(np.float32)
+    packed = pack_spanned_conv_weight(w, groups, block, block)
+    data = te.placeholder((1, c // block, 5, 7, block), "float32", "in0")
+    weight = te.placeholder(packed.shape, "float32", "in1")
+    pad = k // 2
+    attrs = {"groups": groups, "strides": [1, 1], "pads": [pad] * 4, "spanned": 1}
+    conv = get_op("conv2d_nchwc").compute([data, weight], attrs)[0]
+    target = CpuTarget(vector_bits=block * 32, cores=2)
+    sch = schedule_for([conv], ("conv2d_nchwc", attrs, conv), target, knobs)
+    func = te.lower(sch, [data, weight, conv], "k")
+    got = np.empty(conv.shape, np.float32)
+    build_kernel(func)(to_blocked(x, block), packed, got)
+    want = conv_ref(x, w, None, [1, 1], [pad] * 4, [1, 1], groups)
+    np.testing.assert_allclose(from_blocked(got), want, rtol=1e-4, atol=1e-4)
+    # the block loop is bounded by the output blocks' spans, not the packed weight's
+    og, cg = c // groups, c // groups
+    spans = [
+        span_end(ob, block, og, cg, block) - span_start(ob, block, og, cg, block)
+        for ob in range(c // block)
+    ]
+    assert min(spans) < packed.shape[1] == max(spans)
+    tile = knobs.get("tile_oc", 1)
+    whole = all(max(spans[i : i + tile]) == max(spans) for i in range(0, len(spans), tile))
+    bound = f"rcb < {max(spans)};" if whole else f"rcb < pk_min_i64({max(spans)}, "
+    assert bound in codegen_c(func)

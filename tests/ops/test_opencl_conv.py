@@ -53,6 +53,12 @@ CONV_CASES = {
         ["relu", ("add", _rand(1, 3, 7, 7, 8))],
     ),
     "grouped 2": (_nchwc(1, 16, 6, 6, 4, 8, 3, 3, 4, groups=2), {"groups": 2}, [("clip", 0, 6)]),
+    # groups of 12 channels in blocks of 8: output blocks read 2 or 3 of the 3 packed
+    "spanned groups": (
+        [_rand(1, 6, 5, 7, 8), _rand(6, 3, 1, 1, 8, 8), _rand(6, 8)],
+        {"groups": 4, "spanned": 1},
+        ["relu"],
+    ),
     "no bias, pads asym": (
         _nchwc(1, 4, 5, 9, 4, 4, 3, 2, 4, bias=False),
         {"pads": [0, 1, 2, 0]},

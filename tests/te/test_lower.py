@@ -2,6 +2,7 @@ import time
 
 from packager import te
 from packager.codegen import codegen_c
+from packager.te.expr import Const
 from packager.te.ir import Allocate, For, IfThenElse, Store
 from packager.te.visitor import LoopVisitor, stmts_of, walk_stmts
 
@@ -146,3 +147,60 @@ def test_final_simplify_drops_dead_guards_and_unit_loops():
     s[B].split(s[B].op.axis[0], 8)  # one outer iteration, and i < 8 always holds
     f = te.lower(s, [A, B], "k")
     assert [type(n).__name__ for n in walk_stmts(f.body)] == ["For", "Store"]
+
+
+def _masked_rowsum():
+    """out[i] = sum of A[i, k] over k < i % 5 + 1: a reduction masked by ``k < bound(i)``."""
+    A = te.placeholder((6, 8), name="A")
+    k = te.reduce_axis(8, "k")
+    out = te.compute((6,), lambda i: te.sum(A[i, k], k, where=k < i % 5 + 1), name="S")
+    return A, out
+
+
+def test_masked_reduction_stops_its_loop_at_the_mask():
+    """A ``where`` of the form k < bound (bound independent of k) becomes the bound of
+    k's loop, with no guard left inside it; the sum is the masked one."""
+    import numpy as np
+
+    from packager.tune.features import flop_count
+
+    from .helpers import run
+
+    A, out = _masked_rowsum()
+    sch = te.default_schedule(out)
+    func = te.lower(sch, [A, out], "k")
+    loops = [n for n in walk_stmts(func.body) if isinstance(n, For)]
+    (red,) = [f for f in loops if f.var.name == "k"]
+    assert not isinstance(red.extent, Const) and not isinstance(red.body, IfThenElse)
+    assert not any(isinstance(n, IfThenElse) for n in walk_stmts(func.body))
+    a = np.random.default_rng(0).standard_normal((6, 8)).astype(np.float32)
+    (got,), _ = run(sch, [A, out], "k", [a])
+    want = [a[i, : i % 5 + 1].sum() for i in range(6)]
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    # the cost features count the loop at its most (i % 5 + 1 <= 5), not as one iteration
+    assert flop_count(func) == 6 * 5
+
+
+def test_masked_reduction_under_a_tile_loop_stops_at_the_largest_bound():
+    """A mask reading an unrolled loop between it and the reduction (a register tile's
+    rows, each with its own bound) stays, and the reduction stops at the largest bound."""
+    import numpy as np
+
+    from .helpers import run
+
+    A, out = _masked_rowsum()
+    sch = te.create_schedule([out])
+    st = sch[out]
+    (i,) = st.op.axis
+    (k,) = st.op.reduce_axis
+    io, ii = st.split(i, 2)
+    st.reorder(io, k, ii)
+    st.unroll(ii)
+    func = te.lower(sch, [A, out], "k")
+    (red,) = [n for n in walk_stmts(func.body) if isinstance(n, For) and n.var.name == "k"]
+    assert "max" in repr(red.extent)
+    assert any(isinstance(n, IfThenElse) for n in walk_stmts(red.body))
+    a = np.random.default_rng(1).standard_normal((6, 8)).astype(np.float32)
+    (got,), _ = run(sch, [A, out], "k", [a])
+    want = [a[r, : r % 5 + 1].sum() for r in range(6)]
+    np.testing.assert_allclose(got, want, rtol=1e-5)

@@ -36,39 +36,45 @@ def pack_conv_weight(w: np.ndarray, in_block: int, out_block: int) -> np.ndarray
     return np.ascontiguousarray(split.transpose(0, 2, 4, 5, 3, 1))
 
 
-def span_start(ob: int, out_block: int, og: int, cg: int, in_block: int, last: int) -> int:
+def span_start(ob: int, out_block: int, og: int, cg: int, in_block: int) -> int:
     """First input block read by output block ``ob`` of a spanned grouped conv: the block
-    holding the first input channel of the group of its first output channel, moved
-    back so its ``span`` blocks end within the input (``last`` = input blocks - span).
-    conv2d_nchwc computes the same at run time."""
-    return min((ob * out_block // og) * cg // in_block, last)
+    holding the first input channel of the group of its first output channel
+    (conv2d_nchwc computes the same at run time)."""
+    return (ob * out_block // og) * cg // in_block
+
+
+def span_end(ob: int, out_block: int, og: int, cg: int, in_block: int) -> int:
+    """One past the last input block read by output block ``ob``: the block after the
+    one holding the last input channel of the group of its last output channel."""
+    return -(-((ob * out_block + out_block - 1) // og + 1) * cg // in_block)
 
 
 def spanned_blocks(oc: int, groups: int, cg: int, in_block: int, out_block: int) -> int:
     """Input blocks an output block of a grouped conv needs, at most: the blocks covering
-    every group its ``out_block`` output channels fall in."""
+    every group its ``out_block`` output channels fall in (the packed weight's span; most
+    output blocks read fewer, span_end - span_start)."""
     og = oc // groups
-    most = 0
-    for ob in range(oc // out_block):
-        first, last = ob * out_block // og, (ob * out_block + out_block - 1) // og
-        begin, end = first * cg // in_block, -(-(last + 1) * cg // in_block)
-        most = max(most, end - begin)
-    return most
+    return max(
+        span_end(ob, out_block, og, cg, in_block) - span_start(ob, out_block, og, cg, in_block)
+        for ob in range(oc // out_block)
+    )
 
 
 def pack_spanned_conv_weight(w: np.ndarray, groups: int, in_block: int, out_block: int):
     """A grouped conv whose groups do not start on block boundaries, as a dense conv per
-    output block over the ``span`` input blocks its groups cover: (OC, Cg, KH, KW) ->
-    (OC/y, span, KH, KW, x, y), zero where an input channel is not in the output
-    channel's group. Computes 1-2.5x a grouped conv's multiply-adds (ShuffleNet's 4
-    groups of 34 channels) in whole vectors."""
+    output block over the input blocks its groups cover: (OC, Cg, KH, KW) ->
+    (OC/y, span, KH, KW, x, y), output block ob's blocks from span_start(ob), zero where
+    an input channel is not in the output channel's group and past the blocks ob reads
+    (span_end(ob) - span_start(ob) of them, what conv2d_nchwc reduces over). ShuffleNet's
+    4 groups of 68 channels in blocks of 16: 5 blocks (80 channels) for the output
+    blocks inside a group, 9 for those straddling two."""
     oc, cg, kh, kw = w.shape
-    og, blocks = oc // groups, cg * groups // in_block
+    og = oc // groups
     span = spanned_blocks(oc, groups, cg, in_block, out_block)
     packed = np.zeros((oc // out_block, span, kh, kw, in_block, out_block), w.dtype)
     for o in range(oc):
         ob, oi, g = o // out_block, o % out_block, o // og
-        first = span_start(ob, out_block, og, cg, in_block, blocks - span) * in_block
+        first = span_start(ob, out_block, og, cg, in_block) * in_block
         for c in range(g * cg - first, (g + 1) * cg - first):
             packed[ob, c // in_block, :, :, c % in_block, oi] = w[o, c + first - g * cg]
     return packed
