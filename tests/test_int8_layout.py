@@ -18,7 +18,7 @@ from packager.native import build_run_bundle
 from packager.package import compile_model, prepare_graph
 from tests.test_quantized_models import SHAPE, _qdq
 
-INTEGER = ("qconv2d", "qadd", "quantize_blocked")
+INTEGER = ("qconv2d", "qadd", "quantize_blocked", "max_pool_nchwc")
 
 
 def _edges(graph):
@@ -51,10 +51,15 @@ def test_int8_chain_is_blocked_and_bit_identical_to_nchw(tmp_path, kind, act):
     graph, _ = prepare_graph(model, disabled_passes={"fuse"})
     edges = _edges(graph)
     convs = sum(n.op == "qconv2d" for n in graph.nodes)
+    if kind == "resnet":  # the stem's max pool pools the integers, blocked
+        (pool,) = [n for n in graph.nodes if "pool" in n.op and "global" not in n.op]
+        assert pool.op == "max_pool_nchwc" and graph.values[pool.inputs[0]].dtype == "int8"
     assert len(edges) >= convs - 2  # the chain: (nearly) every conv reads another's output
     for prod, reader, v in edges:
         shape = graph.values[v].shape
         assert len(shape) == 5, f"{prod.name} -> {reader.name}: {v} is {shape}"
+        if prod.op == "max_pool_nchwc":  # the block of its input
+            assert shape[4] == graph.values[prod.inputs[0]].shape[4]
         if prod.op == "qconv2d":  # written in the conv's own block of L channels
             assert shape[1:2] + shape[4:] == graph.values[prod.inputs[1]].shape[:1] + (
                 graph.values[prod.inputs[1]].shape[4],

@@ -13,6 +13,8 @@ producer can write it so and every reader can read it so, and then no op repacks
   3-channel image is one quad per pixel).
 - readers: a full or depthwise qconv2d's activation (a quad of channels never crosses a
   block, as B is a multiple of 4), any qconv2d's residual, qadd's operands.
+- both: an integer max_pool (the block of its input; it pools each lane alike, and the
+  channels past C hold values no reader keeps).
 
 Blocks never differ between a producer and its readers except at quantize_blocked,
 and every reader indexes its input by the input's own block, so there are no
@@ -33,6 +35,7 @@ from ..uses import consumers, producers
 from .pack_gemm_weights import _block
 
 _INT = ("int8", "uint8")
+_WHOLE = ("qadd", "max_pool")  # blocked with their inputs, or not at all
 
 
 def int8_layout(graph: Graph, ctx=None) -> Graph:
@@ -76,13 +79,14 @@ class _Layout:
             dropped = set()
             for node in self.graph.nodes:
                 v = node.outputs[0]
+                whole = node.op in _WHOLE
                 if v not in cand:
-                    if node.op == "qadd":  # elementwise: NCHW out, NCHW operands
+                    if whole:  # elementwise or pooling: NCHW out, NCHW operands
                         dropped |= set(node.inputs)
                     continue
                 b = self.out_block(node, block)
                 if b is None:
-                    dropped |= {v, *node.inputs} if node.op == "qadd" else {v}
+                    dropped |= {v, *node.inputs} if whole else {v}
                 else:
                     block[v] = b
             if not dropped & cand:
@@ -101,6 +105,8 @@ class _Layout:
                 return self.lanes
             sides = [block.get(i) for i in node.inputs[:2]]
             return sides[0] if sides[0] is not None and sides[0] == sides[1] else None
+        if node.op == "max_pool" and self.int_pool(node):
+            return self.lanes if block is None else block.get(node.inputs[0])
         if node.op == "quantize_linear" and self.quantize_ok(node):
             c = vals[node.inputs[0]].shape[1]
             return self.lanes if c >= self.lanes else -(-c // 4) * 4
@@ -120,9 +126,16 @@ class _Layout:
             and node.attrs.get("dtype", z.dtype) in _INT
         )
 
+    def int_pool(self, node: Node) -> bool:
+        """A 2-d max_pool of int8/uint8 NCHW (the quantize pass's pooled integers)."""
+        x = self.graph.values[node.inputs[0]]
+        return len(x.shape) == 4 and x.dtype in _INT and len(node.attrs["kernel"]) == 2
+
     def reads_blocked(self, node: Node, v: str) -> bool:
         if node.op == "qadd":
             return True
+        if node.op == "max_pool":
+            return self.int_pool(node)
         if node.op != "qconv2d":
             return False
         slots = [k for k, i in enumerate(node.inputs) if i == v]
@@ -146,6 +159,8 @@ class _Layout:
         if node.outputs[0] in block and op == "quantize_linear":
             op = "quantize_blocked"
             attrs["block"] = block[node.outputs[0]]
+        if op == "max_pool" and node.outputs[0] in block:
+            op = "max_pool_nchwc"  # the same compute; its block is the last dim
         if op == "qconv2d" and node.inputs[0] in block:
             attrs["c"] = self.graph.values[node.inputs[0]].shape[1]
         if op == "qconv2d" and node.outputs[0] in block:

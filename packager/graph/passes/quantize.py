@@ -8,6 +8,7 @@ QuantizeLinear nodes. This pass finds
 
 and replaces it with one integer op (qconv2d, qdense in packager/ops/quantized.py):
 int8/uint8 x times int8 weights accumulated in int32, then the requantize epilogue.
+A MaxPool between a DQ and a Q of the same scale and zero point pools the integers.
 Everything it cannot match stays float with its Q/DQ nodes (which compute exactly as
 ONNX says). It runs before constant folding, which would make float weights of DQ(w).
 
@@ -152,6 +153,26 @@ class _Matcher:
         self.try_conv(qk)
         if qk not in self.replaced:
             self.try_add(qk)
+        if qk not in self.replaced:
+            self.try_max_pool(qk)
+
+    def try_max_pool(self, qk: int) -> None:
+        """DQ(x) -> MaxPool -> Q with the DQ's own scale and zero point: MaxPool of x
+        itself. Dequantizing is monotone (scale > 0), so the max commutes with it, the
+        padding's -inf becomes the type's lowest value, and Q(DQ(v)) is v."""
+        q = self.graph.nodes[qk]
+        yq = self.scalar_qparams(q)
+        hit = self.producer(q.inputs[0], "max_pool")
+        if yq is None or hit is None or not self.private(q.inputs[0]):
+            return
+        pool = hit[1]
+        x = self.dq_activation(pool.inputs[0])
+        if len(pool.outputs) != 1 or x is None or (x[1], x[2]) != yq:
+            return
+        if self.values[x[0]].dtype != q.attrs.get("dtype") or yq[0] <= 0:
+            return
+        self.removed.add(hit[0])
+        self.replaced[qk] = replace(pool, name=q.name, inputs=[x[0]], outputs=list(q.outputs))
 
     def try_add(self, qk: int) -> None:
         """DQ(a) + DQ(b) -> [relu | clip] -> Q of one shape: an integer add, folded into
