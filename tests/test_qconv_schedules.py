@@ -16,6 +16,7 @@ from packager.boards import load_board
 from packager.codegen import codegen_c
 from packager.frontend.importer import import_onnx
 from packager.graph.passes.quantize import (
+    mulhi_table,
     narrow_bounds,
     narrow_epilogue,
     pack_dw_int8,
@@ -324,6 +325,53 @@ def test_int32_epilogue_gives_the_int64_epilogues_bytes(kind, bounds):
     np.testing.assert_array_equal(got, want)
     assert (want == -128).any() or bounds != "none"
     assert len(np.unique(want)) > 3
+
+
+REQUANT = [  # kind, lanes, out, y_zp, what the host must have
+    ("full", 16, "int8", -2, "avx512f"),
+    ("full", 16, "uint8", 0, "avx512f"),
+    ("depthwise", 16, "uint8", 7, "avx512f"),
+    ("full", 8, "int8", 0, "avx2"),
+    ("depthwise", 8, "uint8", 5, "avx2"),
+]
+
+
+@pytest.mark.parametrize("kind,lanes,out,zp,need", REQUANT)
+def test_blocked_mulhi_epilogue_is_one_intrinsic_call_with_the_int64_bytes(
+    kind, lanes, out, zp, need
+):
+    """A blocked output of the int32 'mulhi' epilogue: one pk_requant call per block
+    and column (vpmuldq on even and odd lanes, vpmovdb or packs), the bytes the int64
+    epilogue writes, the activation's bounds and the type's saturation both hit."""
+    if need not in _cpu_flags():
+        pytest.skip(f"this machine has no {need}")
+    case = qconv_case("uint8", lanes) if kind == "full" else depthwise_case("uint8", lanes)
+    inputs, attrs = _with_bounds(case, 0, 2**62) if out == "uint8" else case
+    attrs = attrs | {"out_dtype": out, "y_zp": zp}
+    x, w, rq = inputs
+    oc = attrs["oc"]
+    table = mulhi_table(narrow_bounds(rq, zp, out), oc)
+    assert table is not None
+    blocked = _blocked(x, lanes, 9)
+    battrs = attrs | {"c": x.shape[1], "out_block": True}
+    feats = (need, "avx2") if need == "avx512f" else (need,)
+    target = CpuTarget(vector_bits=32 * lanes, features=feats)
+    mattrs = battrs | {"rq32": "mulhi"}
+    src = codegen_c(qconv_func([blocked, w, table], mattrs, target)[0])
+    assert re.search(r"pk_requant_\w+\(&qconv\[", src), "no epilogue call"
+    got = run_host([blocked, w, table], mattrs, target)
+    want = _blocked(run_host(inputs, attrs, None), lanes, 0)
+    past = oc - (want.shape[1] - 1) * lanes
+    got[:, -1, :, :, past:] = 0  # the channels past oc: not compared
+    np.testing.assert_array_equal(got, want)
+    # without the ISA: the intrinsic's C loop, the same bytes
+    plain = run_host([blocked, w, table], mattrs, target, (*HOST_FLAGS, f"-mno-{need}"))
+    plain[:, -1, :, :, past:] = 0
+    np.testing.assert_array_equal(plain, want)
+    vals = want.view(np.uint8) if out == "uint8" else want  # run_host's bytes as out
+    lo, hi = (0, 255) if out == "uint8" else (-128, 127)
+    assert (vals == hi).any() and len(np.unique(vals)) > 3  # saturated, and values
+    assert (vals == (zp if out == "uint8" else lo)).any()  # the ReLU bound / saturation
 
 
 def test_int32_epilogue_is_refused_where_int32_could_overflow():

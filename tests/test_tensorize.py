@@ -21,7 +21,7 @@ from packager.graph.passes.quantize import narrow_bounds
 from packager.lowering import schedule_for
 from packager.ops.int8_intrin import dot4_intrin
 from packager.target import CpuTarget
-from packager.te.tensorize import TensorizeError
+from packager.te.tensorize import TensorIntrin, TensorizeError
 from tests.ops.harness import build
 
 HOST_FLAGS = ("-O2", "-fPIC", "-std=c99", "-march=native")
@@ -88,6 +88,38 @@ def test_mismatched_nest_is_refused_naming_stage_and_operand():
         r"with strides \[0, 4\].*the intrinsic's a with \[0, 1\]",
     ):
         te.lower(sch, [a, w, out], "k")
+
+
+def _axpb_intrin(k: int) -> TensorIntrin:
+    """An elementwise intrinsic: y[l] = a[l] * k + b[l] over 8 int32 lanes."""
+    a, b = te.placeholder((8,), "int32", "a"), te.placeholder((8,), "int32", "b")
+    decl = te.compute((8,), lambda j: a[j] * te.const(k, "int32") + b[j], name="axpb")
+    c_def = f"""static inline void pk_axpb{k}(int32_t *restrict y, const int32_t *restrict a,
+    const int32_t *restrict b) {{
+    for (int l = 0; l < 8; ++l) y[l] = a[l] * {k} + b[l];
+}}"""
+    return TensorIntrin(f"pk_axpb{k}", decl, c_def, "scalar")
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_elementwise_intrinsic_replaces_the_lane_loop_or_names_the_constant(k):
+    """An elementwise stage (an epilogue) tensorizes with an intrinsic declared without
+    a reduction; a constant that differs from the declaration's is refused by value."""
+    x, y = te.placeholder((5, 8), "int32", "x"), te.placeholder((5, 8), "int32", "y")
+    out = te.compute((5, 8), lambda i, j: x[(i, j)] * te.const(3, "int32") + y[(i, j)])
+    sch = te.create_schedule(out)
+    sch[out].tensorize(out.op.axis[1], _axpb_intrin(k))
+    if k != 3:
+        with pytest.raises(TensorizeError, match="the constant 3 where the intrinsic has 4"):
+            te.lower(sch, [x, y, out], "k")
+        return
+    func = te.lower(sch, [x, y, out], "k_axpb")
+    assert re.search(r"pk_axpb3\(&c0\[(\w+)\], &x\[\1\], &y\[\1\]\);", codegen_c(func))
+    rng = np.random.default_rng(0)
+    xv, yv = (rng.integers(-99, 99, (5, 8)).astype(np.int32) for _ in range(2))
+    got = np.empty((5, 8), np.int32)
+    build_kernel(func)(xv, yv, got)
+    np.testing.assert_array_equal(got, xv * 3 + yv)
 
 
 def test_wrong_activation_type_is_refused():

@@ -388,3 +388,88 @@ def _dwdot(act: str, lanes: int, isa: str | None) -> TensorIntrin:
 def dwdot_intrin(act: str, lanes: int, target: CpuTarget) -> TensorIntrin:
     """The depthwise quad-of-taps intrinsic for ``lanes`` int32 lanes."""
     return _dwdot(act, lanes, dwdot_isa_for(act, lanes, target))
+
+
+# --- the requantize epilogue: L int32 accumulators to L output bytes ----------------
+
+
+def _requant_avx512(zp: int, out: str) -> str:
+    add_zp = f"\n    q = _mm512_add_epi32(q, _mm512_set1_epi32({zp}));" if zp else ""
+    return f"""    const __m512i a = _mm512_add_epi32(_mm512_loadu_si512((const void *)acc),
+                                       _mm512_loadu_si512((const void *)p0));
+    const __m512i m = _mm512_loadu_si512((const void *)p1);
+    const __m512i even = _mm512_srli_epi64(_mm512_mul_epi32(a, m), 32);
+    const __m512i odd = _mm512_mul_epi32(_mm512_srli_epi64(a, 32), _mm512_srli_epi64(m, 32));
+    __m512i q = _mm512_mask_blend_epi32(0xAAAA, even, odd);
+    q = _mm512_srav_epi32(_mm512_add_epi32(q, _mm512_loadu_si512((const void *)p2)),
+                          _mm512_loadu_si512((const void *)p3));{add_zp}
+    q = _mm512_max_epi32(q, _mm512_loadu_si512((const void *)p4));
+    q = _mm512_min_epi32(q, _mm512_loadu_si512((const void *)p5));
+    _mm_storeu_si128((__m128i *)y, _mm512_cvtepi32_epi8(q));"""
+
+
+def _requant_avx2(zp: int, out: str) -> str:
+    add_zp = f"\n    q = _mm256_add_epi32(q, _mm256_set1_epi32({zp}));" if zp else ""
+    pack = "_mm_packus_epi16" if out == "uint8" else "_mm_packs_epi16"
+    return f"""    const __m256i a = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)acc),
+                                       _mm256_loadu_si256((const __m256i *)p0));
+    const __m256i m = _mm256_loadu_si256((const __m256i *)p1);
+    const __m256i even = _mm256_srli_epi64(_mm256_mul_epi32(a, m), 32);
+    const __m256i odd = _mm256_mul_epi32(_mm256_srli_epi64(a, 32), _mm256_srli_epi64(m, 32));
+    __m256i q = _mm256_blend_epi32(even, odd, 0xAA);
+    q = _mm256_srav_epi32(_mm256_add_epi32(q, _mm256_loadu_si256((const __m256i *)p2)),
+                          _mm256_loadu_si256((const __m256i *)p3));{add_zp}
+    q = _mm256_max_epi32(q, _mm256_loadu_si256((const __m256i *)p4));
+    q = _mm256_min_epi32(q, _mm256_loadu_si256((const __m256i *)p5));
+    /* within the output type after the clamp: the saturating packs keep every value */
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    _mm_storel_epi64((__m128i *)y, {pack}(w, w));"""
+
+
+_RQ_ISAS = {  # lanes: (label, guard, header, body(zp, out), the WIDE pragma's key)
+    16: ("vpmuldq zmm", "defined(__AVX512F__)", "immintrin.h", _requant_avx512, "avx512_vnni"),
+    8: ("vpmuldq ymm", "defined(__AVX2__)", "immintrin.h", _requant_avx2, None),
+}
+
+
+def requant_intrin(lanes: int, out: str, y_zp: int, target: CpuTarget, expr) -> TensorIntrin | None:
+    """The requantize epilogue of an ``rq32 == "mulhi"`` table as one call per vector of
+    L lanes, None where the target has no body for L: ``expr(acc, prm, y_zp)`` is the
+    int32 epilogue (quantized.requantize_mulhi), declared here on placeholders and
+    narrowed to ``out``. The multiply is vpmuldq on the even and odd lanes (GCC widens
+    both operands to 64-bit lanes and narrows back); the clamped value is stored as
+    bytes in one instruction (vpmovdb) or two packs."""
+    if target.arch != "x86_64" or lanes not in _RQ_ISAS or out not in _CT:
+        return None
+    need = "avx512f" if lanes == 16 else "avx2"
+    if need not in target.features and not (lanes == 16 and target.vector_bits >= 512):
+        return None
+    return _requant(lanes, out, int(y_zp), expr)
+
+
+@functools.cache
+def _requant(lanes: int, out: str, zp: int, expr) -> TensorIntrin:
+    from ..te.simplify import simplify
+
+    acc = te.placeholder((lanes,), "int32", "acc")
+    rows = [te.placeholder((lanes,), "int32", f"p{k}") for k in range(6)]
+    decl = te.compute(
+        (lanes,),
+        lambda j: simplify(te.cast(out, expr(acc[j], lambda r: rows[r][j], zp))),
+        name=f"requant_{_SHORT[out]}x{lanes}",
+    )
+    label, guard, header, body, wide = _RQ_ISAS[lanes]
+    name = f"pk_requant_{_SHORT[out]}x{lanes}_zp{zp}".replace("-", "m")
+    scalar = f"""    for (int l = 0; l < {lanes}; ++l) {{
+        int32_t h = (int32_t)(((int64_t)(acc[l] + p0[l]) * (int64_t)p1[l]) >> 32);
+        int32_t q = ((h + p2[l]) >> p3[l]) + {zp};
+        q = q < p4[l] ? p4[l] : q;
+        y[l] = ({_CT[out]})(q > p5[l] ? p5[l] : q);
+    }}"""
+    args = ", ".join(f"const int32_t *restrict p{k}" for k in range(6))
+    c_def = (
+        f"#if {guard}\n#include <{header}>\n{WIDE.get(wide, '')}#endif\n"
+        f"static inline void {name}({_CT[out]} *restrict y, const int32_t *restrict acc,\n"
+        f"    {args}) {{\n#if {guard}\n{body(zp, out)}\n#else\n{scalar}\n#endif\n}}"
+    )
+    return TensorIntrin(name, decl, c_def, label)

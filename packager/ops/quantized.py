@@ -35,7 +35,7 @@ from __future__ import annotations
 from .. import te
 from ._cpu import fallback, find_tagged, padded_copy_at_root, run_parallel
 from ._window import out_len, reduce_axes, split_pads, window_index
-from .int8_intrin import dot4_intrin, dwdot_intrin, mac_intrin
+from .int8_intrin import dot4_intrin, dwdot_intrin, mac_intrin, requant_intrin
 from .pad import pad_tensor
 from .registry import ScheduleContext, register_op, register_schedule
 
@@ -598,7 +598,7 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     st.unroll(ob)
     st.unroll(aow)
     st.tensorize(oi, intrin)
-    _epilogue_at(sch, rqb, st_out, owo)
+    _epilogue_at(ctx, sch, rqb, st_out, owo)
     return sch
 
 
@@ -623,16 +623,40 @@ def _tile_output(ctx: ScheduleContext, st_out, t_oc: int, t_ow: int, lanes: int)
     return owo
 
 
-def _epilogue_at(sch: te.Schedule, rqb: te.Tensor | None, st_out, at) -> None:
+def _epilogue_at(ctx: ScheduleContext, sch: te.Schedule, rqb: te.Tensor | None, st_out, at):
     """The requantize epilogue over the tile's accumulator blocks, each block of L
     lanes one contiguous run (vectorizable; NCHW's channels are a plane apart), then
-    the output's own loops copy it out (none with a blocked output)."""
+    the output's own loops copy it out (none with a blocked output). A blocked output
+    of an int32 ``mulhi`` epilogue is instead one intrinsic call per block and column
+    (int8_intrin.requant_intrin), where the target has one."""
     if rqb is None:
+        return
+    if _requant_tensorized(ctx, sch, rqb, st_out):
         return
     st = sch[rqb]
     st.compute_at(st_out, at)
     st.unroll(st.op.axis[3])  # the tile's columns share a block's requantize rows
     st.vectorize(st.op.axis[-1])
+
+
+def _requant_tensorized(ctx: ScheduleContext, sch: te.Schedule, rqb: te.Tensor, st_out) -> bool:
+    out, attrs = st_out.tensor, ctx.attrs
+    plain = out.op.tag == "requantize" and out.op.input_tensors == [rqb]  # nothing fused
+    if not plain or out.ndim != 5 or attrs.get("rq32") != "mulhi":
+        return False  # NCHW out, another epilogue, or more ops after it
+    if len(rqb.op.input_tensors) != 2:
+        return False  # a residual read
+    intrin = requant_intrin(
+        out.shape[-1], out.dtype, int(attrs["y_zp"]), ctx.target, requantize_mulhi
+    )
+    if intrin is None:
+        return False
+    sch[rqb].compute_inline()
+    *_, mi, owi, oi = st_out.leaf_iter_vars
+    st_out.unroll(mi)
+    st_out.unroll(owi)
+    st_out.tensorize(oi, intrin)
+    return True
 
 
 @register_schedule("qdense", "cpu")
@@ -690,7 +714,7 @@ def _depthwise_qconv(ctx: ScheduleContext, acc: te.Tensor) -> te.Schedule:
         st.reorder(an, ob, aoh, rkh, rj, aow, oi, rk)
         st.tensorize(oi, dwdot_intrin(pad.dtype, lanes, ctx.target))
         st.unroll(aow)
-        _epilogue_at(sch, rqb, st_out, owo)
+        _epilogue_at(ctx, sch, rqb, st_out, owo)
         return sch
     rcb, rk0, rk1, rci = st.op.reduce_axis
     intrin = mac_intrin(pad.dtype, lanes, ctx.target)
@@ -701,5 +725,5 @@ def _depthwise_qconv(ctx: ScheduleContext, acc: te.Tensor) -> te.Schedule:
         st.reorder(an, ob, aoh, rcb, rk0, rk1, aow, oi, rci)
         st.tensorize(oi, intrin)
     st.unroll(aow)
-    _epilogue_at(sch, rqb, st_out, owo)
+    _epilogue_at(ctx, sch, rqb, st_out, owo)
     return sch

@@ -191,7 +191,9 @@ class _Lowering:
         index = flat_index(nest.rel_value, buf.shape)
         leaves = st.leaf_iter_vars
         if not reduce:
-            store = Store(buf, index, self.to_buffers(value))
+            store: Stmt = Store(buf, index, self.to_buffers(value))
+            if st.tensorized is not None:  # an elementwise intrinsic
+                leaves, store = self._tensorized(st, nest, leaves, None, value, index, buf)
             return self.loops(st, nest, leaves, store, allocs, nest.guards)
         split_at = next((k for k, iv in enumerate(leaves) if iv.kind == "reduce"), len(leaves))
         init = Store(buf, index, identity(reduce, body.dtype))
@@ -212,12 +214,13 @@ class _Lowering:
             st, nest, [iv for iv in inner if iv.kind == "data"], init, {}, data_guards, attach=False
         )
         if st.tensorized is not None:
-            inner, upd = self._tensorized(st, nest, inner, body, index, buf)
+            inner, upd = self._tensorized(st, nest, inner, body, value, index, buf)
         upd_nest = self.loops(st, nest, inner, upd, allocs, guards)
         return self.loops(st, nest, leaves[:split_at], seq(init_nest, upd_nest), allocs, [])
 
-    def _tensorized(self, st: Stage, nest: _Nest, inner: list, body, index, buf):
-        """The update loops that stay, and the intrinsic call replacing the rest."""
+    def _tensorized(self, st: Stage, nest: _Nest, inner: list, reduce, value, index, buf):
+        """The update loops that stay, and the intrinsic call replacing the rest
+        (``reduce``: the stage's reduction, None for an elementwise stage)."""
         iv, intrin = st.tensorized
         k = next((j for j, x in enumerate(inner) if x is iv), None)
         if k is None:
@@ -242,8 +245,8 @@ class _Lowering:
         ins, base = tensorize_match(
             st.name,
             intrin,
-            body,
-            self.to_buffers(body.body),
+            reduce,
+            self.to_buffers(value),
             index,
             [p for p, x in zip(span, replaced, strict=True) if x.kind == "data"],
             [p for p, x in zip(span, replaced, strict=True) if x.kind == "reduce"],

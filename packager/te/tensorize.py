@@ -118,12 +118,17 @@ def match(
 
     decl = intrin.decl.op
     body = decl.body
-    if reduce is None or not isinstance(body, Reduce) or reduce.combiner != body.combiner:
-        fail(f"the stage is not a {getattr(body, 'combiner', '?')} reduction")
-    if reduce.where is not None:
-        fail("the reduction has a condition")
+    if not isinstance(body, Reduce):  # an elementwise intrinsic (an epilogue)
+        if reduce is not None:
+            fail("the stage is a reduction, the intrinsic is elementwise")
+        want_red, want_value = [], body
+    else:
+        if reduce is None or reduce.combiner != body.combiner:
+            fail(f"the stage is not a {body.combiner} reduction")
+        if reduce.where is not None:
+            fail("the reduction has a condition")
+        want_red, want_value = [(iv.var, iv.extent) for iv in body.axes], body.body
     want_data = [(iv.var, iv.extent) for iv in decl.axis]
-    want_red = [(iv.var, iv.extent) for iv in body.axes]
     for kind, got, want in (("data", data_vars, want_data), ("reduce", reduce_vars, want_red)):
         if [e for _, e in got] != [e for _, e in want]:
             fail(
@@ -147,6 +152,10 @@ def match(
             return
         if type(a) is not type(b) or a.dtype != b.dtype:
             fail(f"{path}: {_describe(a)} where the intrinsic has {_describe(b)}")
+        if isinstance(b, Const):
+            if a.value != b.value:
+                fail(f"{path}: the constant {a.value} where the intrinsic has {b.value}")
+            return
         if isinstance(b, Binary) and a.op != b.op:
             fail(f"{path}: '{a.op}' where the intrinsic has '{b.op}'")
         if not isinstance(b, (Binary, Cast)):
@@ -154,7 +163,7 @@ def match(
         for k, (x, y) in enumerate(zip(children(a), children(b), strict=True)):
             same(x, y, f"{path}.{k}")
 
-    same(value, body.body, "body")
+    same(value, want_value, "body")
     out_want = _strides(_index_of(Load(intrin.decl, tuple(v for v, _ in want_data))), theirs, simp)
     if _strides(store_index, ours, simp) != out_want:
         fail(f"the output is not stored with strides {out_want} along the replaced loops")
@@ -181,4 +190,6 @@ def _describe(e: Expr) -> str:
         return f"a cast to {e.dtype}"
     if isinstance(e, (Load, BufferLoad)):
         return "a load"
+    if isinstance(e, Const):
+        return f"the constant {e.value}"
     return f"a {type(e).__name__} ({e.dtype})"
