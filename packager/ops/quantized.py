@@ -153,7 +153,7 @@ def _requantize(acc, rq, m, attrs, residual=None, wide=False):
     lanes are all 32-bit and vectorize at full width; the copy out narrows)."""
     if "add_shift" in attrs:  # a folded integer add: the conv's output is its operand a
         y = _requantize(acc, rq, m, {k: v for k, v in attrs.items() if k != "add_shift"})
-        return _qadd(te.cast(I64, y), te.cast(I64, residual), attrs, "add_")
+        return _qadd(y, residual, attrs, "add_")
     out = attrs["out_dtype"]
     if attrs.get("rq32") == "mulhi" and residual is None:
         y = requantize_mulhi(te.cast(I32, acc), lambda row: rq[(row, m)], int(attrs["y_zp"]))
@@ -201,16 +201,20 @@ ADD_KEYS = ("a_zp", "b_zp", "a_mult", "b_mult", "shift", "lo", "hi", "y_zp", "ou
 
 
 def _qadd(a, b, attrs: dict, prefix: str = ""):
-    """The integer add of two quantized tensors (int64 expressions of their values):
+    """The integer add of two quantized tensors (expressions of their values):
     p = (a - a_zp) * a_mult + (b - b_zp) * b_mult, clamped at the activation's bounds
     [lo, hi], then y = saturate(((p + 2^(shift-1)) >> shift) + y_zp); the multipliers
-    are a_scale / y_scale and b_scale / y_scale times 2^shift."""
+    are a_scale / y_scale and b_scale / y_scale times 2^shift. In int32 lanes where the
+    quantize pass chose the shift so that every p and its rounding fit (attr ``i32``),
+    else in int64."""
     g = {k: attrs[prefix + k] for k in ADD_KEYS}
     lo, hi = QRANGE[g["out_dtype"]]
+    wide = I32 if attrs.get(prefix + "i32") else I64
 
     def c(v):
-        return te.const(int(v), I64)
+        return te.const(int(v), wide)
 
+    a, b = te.cast(wide, a), te.cast(wide, b)
     p = (a - c(g["a_zp"])) * c(g["a_mult"]) + (b - c(g["b_zp"])) * c(g["b_mult"])
     p = te.min_(te.max_(p, c(g["lo"])), c(g["hi"]))
     y = te.binary(">>", p + c(1 << (int(g["shift"]) - 1)), c(g["shift"])) + c(g["y_zp"])
@@ -224,7 +228,7 @@ def qadd(inputs, attrs):
     a, b = inputs
 
     def f(*i):
-        return _qadd(te.cast(I64, a[i]), te.cast(I64, b[i]), attrs)
+        return _qadd(a[i], b[i], attrs)
 
     return [te.compute(a.shape, f, name="qadd", tag="broadcast")]
 

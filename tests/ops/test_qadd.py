@@ -136,3 +136,26 @@ def test_an_add_folds_into_the_conv_epilogue_bit_identical_to_the_separate_qadd(
     want = PackagerBackend.prepare(separate).run([x])[0]
     np.testing.assert_array_equal(got, want)
     assert got.min() == 0 and got.max() == 255  # saturates both ways
+
+
+@pytest.mark.parametrize(
+    "sa,sb,sy,i32",
+    [
+        (0.05, 0.02, 0.04, True),  # usual residual scales: int32 lanes
+        (0.2, 0.2, 0.1, True),
+        (0.05, 0.02, 0.05 / 2**12, False),  # 2^12 x the output's scale: int64
+    ],
+)
+def test_add_runs_in_int32_where_every_sum_fits(sa, sb, sy, i32):
+    """The shift leaves every (a - a_zp) * a_mult + (b - b_zp) * b_mult and its rounding
+    inside int32 (|a - a_zp| <= 255), with 21+ significant bits in the larger multiplier;
+    where no shift does, the int64 form with 31."""
+    attrs = add_attrs(("a", sa, 128), ("b", sb, 3), (sy, 100), None, "uint8")
+    assert attrs["i32"] is i32
+    big = max(attrs["a_mult"], attrs["b_mult"])
+    if i32:
+        worst = 255 * (attrs["a_mult"] + attrs["b_mult"]) + 2 ** (attrs["shift"] - 1)
+        assert worst < 2**31 and big >= 2**20
+        assert -(2**31) <= attrs["lo"] and attrs["hi"] < 2**31
+    else:
+        assert 2**30 <= big < 2**31

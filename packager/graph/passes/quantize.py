@@ -439,22 +439,36 @@ def mulhi_table(rq: np.ndarray, n: int) -> np.ndarray | None:
 
 def add_attrs(a, b, yq, act: Node | None, dtype: str) -> dict | None:
     """qadd's attrs for a + b ((tensor, scale, zp) each) quantized to ``yq``: both
-    multipliers over one shift, the larger with 31 significant bits."""
-    fixed = fixed_point(max(a[1], b[1]) / yq[0])
+    multipliers over one shift. The largest shift whose sums fit int32 (|a - a_zp| and
+    |b - b_zp| are at most 255, the rounding term adds 2^(shift-1)), so the add runs in
+    int32 lanes (attr ``i32``: the larger multiplier keeps 21 or more significant bits
+    for any two scales within 2^8 of the output's), else the larger with 31 significant
+    bits in int64."""
+    ra, rb = a[1] / yq[0], b[1] / yq[0]
+    fixed = fixed_point(max(ra, rb))
     if fixed is None:
         return None
-    shift = fixed[1]
+    shift, i32 = fixed[1], False
+    for s in range(min(shift, 30), 0, -1):
+        if 255 * (round(ra * 2**s) + round(rb * 2**s)) + 2 ** (s - 1) < 2**31:
+            shift, i32 = s, s >= 20
+            break
+    if not i32:
+        shift = fixed[1]
     lo, hi = _act_bounds(act, yq[0], shift)
+    if i32:
+        lo, hi = max(lo, -(2**31)), min(hi, 2**31 - 1)
     return {
         "a_zp": a[2],
         "b_zp": b[2],
-        "a_mult": round(a[1] / yq[0] * 2**shift),
-        "b_mult": round(b[1] / yq[0] * 2**shift),
+        "a_mult": round(ra * 2**shift),
+        "b_mult": round(rb * 2**shift),
         "shift": shift,
         "lo": lo,
         "hi": hi,
         "y_zp": yq[1],
         "out_dtype": dtype,
+        "i32": i32,
     }
 
 
