@@ -10,6 +10,7 @@ ratio bundle/ORT (`--stat min`: the fastest runs instead).
     python bench/compare_ort.py                    # all models, 1 and 2 threads
     python bench/compare_ort.py --models resnet18 --threads 1 --rounds 5
     python bench/compare_ort.py --models tv_resnet18 tv_mobilenet_v2 --threads 1 2
+    python bench/compare_ort.py --models tv_resnet18 --board host-avx2  # AVX2 kernels
     python bench/compare_ort.py --stat min     # fastest run of each side (a loaded machine)
     python bench/compare_ort.py --models resnet18 --threads 1 --ram-mb 512  # small board
     python bench/compare_ort.py --models lstm2 --threads 1 --repeat 200
@@ -150,15 +151,19 @@ def input_feeds(model: onnx.ModelProto, name: str = "") -> dict[str, np.ndarray]
     return feeds
 
 
+BOARD = "host"  # the local board bundles are built for (--board)
+
+
 def build_bundle(
     model: onnx.ModelProto, workdir: Path, tuned: str | None = None, algorithm=None, ram_mb=None
 ):
-    """(bundle dir, run_bundle) for the host board; ``tuned`` applies tuning_logs/host/:
+    """(bundle dir, run_bundle) for the local board ``BOARD`` (host unless --board);
+    ``tuned`` applies tuning_logs/<board>/:
     "own", the records of this machine's target only (as `packager build`), "all", those
     measured on other machines too (--use-foreign-records),
     ``algorithm`` forces a conv algorithm (conv_algorithms.ALGORITHMS) where it applies,
     ``ram_mb`` gives the board that much memory (a small one limits Winograd's filters)."""
-    board = load_board("host")
+    board = load_board(BOARD)
     board = replace(board, ram_mb=ram_mb) if ram_mb else board
     tuning = Tuning(board, log_files(board.name), use_foreign=tuned == "all") if tuned else None
     compiled = compile_model(model, board, tuning=tuning, conv_algorithm=algorithm)
@@ -365,7 +370,17 @@ def main(argv=None) -> int:
         help="also time a bundle built for the host profile with this ram_mb (under 2048: "
         "Winograd's transformed filters within a budget, conv_algorithms.filter_budget)",
     )
+    p.add_argument(
+        "--board",
+        default="host",
+        help="the local board profile to build for (default host): host-avx2 times the "
+        "256-bit AVX2 kernels on an AVX-512 machine (ORT still picks its own kernels)",
+    )
     args = p.parse_args(argv)
+    global BOARD
+    BOARD = args.board
+    if not load_board(BOARD).is_local:
+        p.error(f"--board {BOARD}: not a local board (it has a connection)")
     rows = []
     for name in args.models:
         rows += compare(
