@@ -9,6 +9,7 @@ int8/fp32 and int8/ORT, and the int8 logits' top-1 agreement and cosine similari
 fp32 over random inputs.
 
     python bench/compare_int8.py --models resnet18 --rounds 3 --size 224
+    python bench/compare_int8.py --board host-avx2   # the AVX2 kernels (vpmaddwd, no VNNI)
 """
 
 from __future__ import annotations
@@ -131,9 +132,17 @@ def main(argv=None) -> int:
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--repeat", type=int, default=10)
+    p.add_argument(
+        "--board",
+        default="host",
+        help="the local board both bundles are built for (default host; host-avx2: the "
+        "AVX2 kernels, no VNNI, on an AVX-512 machine, against ORT's own kernels for it)",
+    )
     args = p.parse_args(argv)
+    co.BOARD = args.board
     for name in args.models:
-        print(json.dumps(bench(name, args.size, args.rounds, args.repeat)), flush=True)
+        row = bench(name, args.size, args.rounds, args.repeat)
+        print(json.dumps({**row, "board": args.board}), flush=True)
     return 0
 
 

@@ -106,7 +106,9 @@ def test_elementwise_intrinsic_replaces_the_lane_loop_or_names_the_constant(k):
     """An elementwise stage (an epilogue) tensorizes with an intrinsic declared without
     a reduction; a constant that differs from the declaration's is refused by value."""
     x, y = te.placeholder((5, 8), "int32", "x"), te.placeholder((5, 8), "int32", "y")
-    out = te.compute((5, 8), lambda i, j: x[(i, j)] * te.const(3, "int32") + y[(i, j)])
+    out = te.compute(
+        (5, 8), lambda i, j: x[(i, j)] * te.const(3, "int32") + y[(i, j)], name="axpb_out"
+    )
     sch = te.create_schedule(out)
     sch[out].tensorize(out.op.axis[1], _axpb_intrin(k))
     if k != 3:
@@ -114,7 +116,7 @@ def test_elementwise_intrinsic_replaces_the_lane_loop_or_names_the_constant(k):
             te.lower(sch, [x, y, out], "k")
         return
     func = te.lower(sch, [x, y, out], "k_axpb")
-    assert re.search(r"pk_axpb3\(&c0\[(\w+)\], &x\[\1\], &y\[\1\]\);", codegen_c(func))
+    assert re.search(r"pk_axpb3\(&axpb_out\[(\w+)\], &x\[\1\], &y\[\1\]\);", codegen_c(func))
     rng = np.random.default_rng(0)
     xv, yv = (rng.integers(-99, 99, (5, 8)).astype(np.int32) for _ in range(2))
     got = np.empty((5, 8), np.int32)
