@@ -19,6 +19,7 @@ from packager.graph.passes.quantize import (
     mulhi_table,
     narrow_bounds,
     narrow_epilogue,
+    pack_conv_int8,
     pack_dw_int8,
     quantize,
 )
@@ -169,6 +170,70 @@ def test_depthwise_in_quads_of_taps_equals_one_tap_a_step(act, lanes, stride, k,
         # the same C without VNNI: the intrinsic's C loop, the same bytes
         flags = (*HOST_FLAGS, "-mno-avx512vnni")
         np.testing.assert_array_equal(run_host(quads, qattrs, target, flags), want)
+
+
+def _as_pairs(w4: np.ndarray) -> np.ndarray:
+    """Quad-packed weights (OC'/L, C'/4, KH, KW, L, 4) as int16 pairs (OC'/L, C'/2, KH,
+    KW, L, 2): quantize.pack_conv_int8(w, L, 2) as int16."""
+    nb, ncb, kh, kw, lanes, _ = w4.shape
+    full = w4.transpose(0, 4, 1, 5, 2, 3).reshape(nb * lanes, ncb * 4, kh, kw)
+    return pack_conv_int8(full, lanes, 2).astype(np.int16)
+
+
+PAIRS = [  # act, lanes, stride, k, padded, the host's need, the vector register
+    ("uint8", 8, 1, 3, True, "avx2", "ymm"),
+    ("int8", 8, 2, 3, True, "avx2", "ymm"),
+    ("uint8", 8, 1, 1, False, "avx2", "ymm"),
+    ("uint8", 16, 1, 3, True, "avx512bw", "zmm"),
+    ("int8", 16, 1, 1, False, "avx512bw", "zmm"),
+]
+
+
+@pytest.mark.parametrize("act,lanes,stride,k,padded,need,reg", PAIRS)
+def test_int16_pairs_are_bit_exact_with_one_vpmaddwd_a_step(
+    act, lanes, stride, k, padded, need, reg
+):
+    """x86 without a dot product for the activations: weights as int16 pairs, the
+    activations widened in the padded copy (made without padding too), one 32-bit
+    broadcast and one vpmaddwd per step; the quad conv's bytes, and the intrinsic's C
+    loop's without the ISA."""
+    if need not in _cpu_flags():
+        pytest.skip(f"this machine has no {need}")
+    inputs, attrs = qconv_case(act, lanes, k=k, stride=stride)
+    attrs["pads"] = [k // 2 if padded else 0] * 4
+    x, w, rq = inputs
+    pairs = [_blocked(x, lanes, 0), _as_pairs(w), rq]
+    battrs = attrs | {"c": x.shape[1]}
+    target = CpuTarget(vector_bits=32 * lanes, features=("avx2", need))
+    src = codegen_c(qconv_func(pairs, battrs, target)[0])
+    assert re.search(r"pk_pair_s16x\d+_\w+\(&qconv_acc\[[^\]]*\], &qconv_pad\[", src)
+    assert "(int16_t)in0[" in src  # the copy widens the activations
+    want = run_host(inputs, attrs, None)
+    np.testing.assert_array_equal(run_host(pairs, battrs, target), want)
+    asm = _host_asm(src)
+    assert re.search(rf"vpmaddwd\s+.*%{reg}", asm) and re.search(rf"vpbroadcastd\s+.*%{reg}", asm)
+    flags = (*HOST_FLAGS, f"-mno-{need}")
+    np.testing.assert_array_equal(run_host(pairs, battrs, target, flags), want)
+
+
+@pytest.mark.parametrize(
+    "feats,bits,act,form",
+    [
+        (("avx2", "fma"), 256, "uint8", "pairs"),  # AVX2: no dot product
+        (("avx2", "avx512f", "avx512bw"), 512, "uint8", "pairs"),  # Skylake-X: no VNNI
+        (("avx2", "avx512f", "avx512bw", "avx512_vnni"), 512, "uint8", "quads"),
+        (("avx2", "avx512f", "avx512bw", "avx512_vnni"), 512, "int8", "pairs"),  # u8 x s8
+    ],
+)
+def test_quantize_packs_int16_pairs_where_x86_has_no_dot_product(feats, bits, act, form):
+    b = replace(load_board("host"), features=feats, vector_bits=bits)
+    graph = quantize(import_onnx("c.onnx", model=_qdq_conv(8, act=act)), PassContext(board=b))
+    (conv,) = [n for n in graph.nodes if n.op == "qconv2d"]
+    w = graph.values[conv.inputs[1]].data
+    if form == "pairs":
+        assert w.dtype == np.int16 and w.shape[1] == 4 and w.shape[-1] == 2
+    else:
+        assert w.dtype == np.int8 and w.shape[1] == 2 and w.shape[-1] == 4
 
 
 def test_avx_vnni_depthwise_compiles_to_ymm_dot_products():

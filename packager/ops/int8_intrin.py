@@ -38,16 +38,22 @@ _CT = {"uint8": "uint8_t", "int8": "int8_t"}
 _SHORT = {"uint8": "u8", "int8": "s8"}
 
 
+def _declare(name: str, a: te.Tensor, w: te.Tensor, a_at) -> te.Tensor:
+    """out[l] = sum_k int32(a_at(l, k)) * int32(w[l, k]) over w's (L, K)."""
+    lanes, depth = w.shape
+    k = te.reduce_axis(depth, "k")
+    return te.compute(
+        (lanes,),
+        lambda j: te.sum(te.cast("int32", a_at(j, k)) * te.cast("int32", w[(j, k)]), [k]),
+        name=name,
+    )
+
+
 def declaration(act: str, lanes: int) -> te.Tensor:
     """out[l] = sum_k int32(a[k]) * int32(w[l, k])."""
     a = te.placeholder((4,), act, "a")
     w = te.placeholder((lanes, 4), "int8", "w")
-    k = te.reduce_axis(4, "k")
-    return te.compute(
-        (lanes,),
-        lambda j: te.sum(te.cast("int32", a[k]) * te.cast("int32", w[(j, k)]), [k]),
-        name=f"dot4_{_SHORT[act]}x{lanes}",
-    )
+    return _declare(f"dot4_{_SHORT[act]}x{lanes}", a, w, lambda j, k: a[k])
 
 
 def _avx512_vnni(act: str, lanes: int) -> str:
@@ -230,12 +236,7 @@ def mac_declaration(act: str, lanes: int) -> te.Tensor:
     times L weights, each product widened (k: the conv's one input channel per group)."""
     a = te.placeholder((lanes,), act, "a")
     w = te.placeholder((lanes, 1), "int8", "w")
-    k = te.reduce_axis(1, "k")
-    return te.compute(
-        (lanes,),
-        lambda j: te.sum(te.cast("int32", a[j]) * te.cast("int32", w[(j, k)]), [k]),
-        name=f"mac_{_SHORT[act]}x{lanes}",
-    )
+    return _declare(f"mac_{_SHORT[act]}x{lanes}", a, w, lambda j, k: a[j])
 
 
 def _mac_x86(width: int):
@@ -307,12 +308,7 @@ def dwdot_declaration(act: str, lanes: int) -> te.Tensor:
     them; w: each channel's 4 tap weights together)."""
     a = te.placeholder((4, lanes), act, "a")
     w = te.placeholder((lanes, 4), "int8", "w")
-    k = te.reduce_axis(4, "k")
-    return te.compute(
-        (lanes,),
-        lambda j: te.sum(te.cast("int32", a[(k, j)]) * te.cast("int32", w[(j, k)]), [k]),
-        name=f"dwdot_{_SHORT[act]}x{lanes}",
-    )
+    return _declare(f"dwdot_{_SHORT[act]}x{lanes}", a, w, lambda j, k: a[(k, j)])
 
 
 # The 4 pixels x L channels the input holds are turned into L channels x 4 taps: the
@@ -473,3 +469,81 @@ def _requant(lanes: int, out: str, zp: int, expr) -> TensorIntrin:
         f"    {args}) {{\n#if {guard}\n{body(zp, out)}\n#else\n{scalar}\n#endif\n}}"
     )
     return TensorIntrin(name, decl, c_def, label)
+
+
+# --- x86 without VNNI: int16 pairs, one vpmaddwd per step ---------------------------
+
+
+def pair_declaration(lanes: int) -> te.Tensor:
+    """out[l] = sum_{k<2} int32(a[k]) * int32(w[l, k]): 2 activations (broadcast)
+    times each lane's 2 weights, both int16 (the activations widened in the conv's
+    padded copy, the weights at package time)."""
+    a = te.placeholder((2,), "int16", "a")
+    w = te.placeholder((lanes, 2), "int16", "w")
+    return _declare(f"pair_s16x{lanes}", a, w, lambda j, k: a[k])
+
+
+def _pair_x86(width: int):
+    """The activation pair, one 32-bit word of two int16, broadcast from memory;
+    vpmaddwd with the lanes' int16 weight pairs gives each lane's exact 2-product sum;
+    one add accumulates it. A step's broadcast is shared by the tile's output blocks."""
+    p, si = {512: ("_mm512", "si512"), 256: ("_mm256", "si256")}[width]
+    step = width // 32
+
+    def body(act: str, lanes: int) -> str:
+        return f"""    int32_t pair;
+    __builtin_memcpy(&pair, a, 4);
+    const __m{width}i av = {p}_set1_epi32(pair);
+    for (int n = 0; n < {lanes}; n += {step}) {{
+        const __m{width}i c = {p}_loadu_{si}((const void *)(acc + n));
+        const __m{width}i wv = {p}_loadu_{si}((const void *)(w + 2 * n));
+        {p}_storeu_{si}((void *)(acc + n), {p}_add_epi32(c, {p}_madd_epi16(wv, av)));
+    }}"""
+
+    return body
+
+
+_PAIR_ISAS = {
+    "avx512bw": ("vpmaddwd zmm", "defined(__AVX512BW__)", "immintrin.h", _pair_x86(512)),
+    "avx2": ("vpmaddwd ymm", "defined(__AVX2__)", "immintrin.h", _pair_x86(256)),
+}
+
+
+def pair_isa_for(act: str, lanes: int, target: CpuTarget) -> str | None:
+    """x86 without a dot product for these activations (no VNNI, or int8 activations,
+    which vpdpbusd does not take): the int16-pair body, None elsewhere (the quad
+    intrinsics: VNNI, sdot, the ARM widening bodies)."""
+    if target.arch != "x86_64" or isa_for(act, lanes, target) != "avx2":
+        return None
+    return _pair_body(lanes, target)
+
+
+def _pair_body(lanes: int, target: CpuTarget) -> str | None:
+    if lanes == 16 and "avx512bw" in target.features:
+        return "avx512bw"
+    return "avx2" if lanes % 8 == 0 else None
+
+
+@functools.cache
+def _pair(lanes: int, isa: str | None) -> TensorIntrin:
+    name = f"pk_pair_s16x{lanes}_{isa or 'scalar'}"
+    scalar = f"""    for (int l = 0; l < {lanes}; ++l)
+        acc[l] += (int32_t)a[0] * (int32_t)w[2 * l] + (int32_t)a[1] * (int32_t)w[2 * l + 1];"""
+    head = (
+        f"static inline void {name}(int32_t *restrict acc, const int16_t *restrict a,\n"
+        f"    const int16_t *restrict w) {{"
+    )
+    if isa is None:
+        c_def, label = f"{head}\n{scalar}\n}}", "scalar"
+    else:
+        label, guard, header, body = _PAIR_ISAS[isa]
+        c_def = (
+            f"#if {guard}\n#include <{header}>\n{WIDE.get(isa, '')}#endif\n{head}\n"
+            f"#if {guard}\n{body('int16', lanes)}\n#else\n{scalar}\n#endif\n}}"
+        )
+    return TensorIntrin(name, pair_declaration(lanes), c_def, label)
+
+
+def pair_intrin(lanes: int, target: CpuTarget) -> TensorIntrin:
+    """The int16-pair dot-product intrinsic for ``lanes`` int32 lanes."""
+    return _pair(lanes, _pair_body(lanes, target) if target.arch == "x86_64" else None)

@@ -37,7 +37,7 @@ import math
 from .. import te
 from ._cpu import fallback, find_tagged, padded_copy_at_root, run_parallel
 from ._window import out_len, reduce_axes, split_pads, window_index
-from .int8_intrin import dot4_intrin, dwdot_intrin, mac_intrin, requant_intrin
+from .int8_intrin import dot4_intrin, dwdot_intrin, mac_intrin, pair_intrin, requant_intrin
 from .pad import pad_tensor
 from .registry import ScheduleContext, register_op, register_schedule
 
@@ -239,11 +239,15 @@ def _widen(e):
     return te.cast(I32, e)
 
 
-def _pad_in_quads(x: te.Tensor, c: int, before, after, blocks: int, k4: int, zp: int):
+def _pad_in_quads(
+    x: te.Tensor, c: int, before, after, blocks: int, k4: int, zp: int, dtype: str = ""
+):
     """The padded input (``c`` channels, NCHW or blocked) with its channels in groups
     of 4 innermost,
     (N, C'/4, H', W', 4): the 4 activations a dot-product step multiplies lie together.
-    Padding and the channels past C read the zero point (their weights are zero)."""
+    Padding and the channels past C read the zero point (their weights are zero).
+    ``dtype``: the copy's type where it widens (int16 pairs)."""
+    dtype = dtype or x.dtype
     n, h, w = x.shape[0], x.shape[2], x.shape[3]
     shape = (n, blocks, h + before[0] + after[0], w + before[1] + after[1], k4)
     # an input blocked alike is copied block by block: its channels past C are read
@@ -259,7 +263,8 @@ def _pad_in_quads(x: te.Tensor, c: int, before, after, blocks: int, k4: int, zp:
             src = x[(b, cb, i - before[0], j - before[1], ci)]
         else:
             src = _at(x, b, te.min_(ch, c - 1), i - before[0], j - before[1])
-        return te.select(te.all_of(*inside), src, te.const(zp, x.dtype)) if inside else src
+        src = te.cast(dtype, src)
+        return te.select(te.all_of(*inside), src, te.const(zp, dtype)) if inside else src
 
     return te.compute(shape, f, name="qconv_pad", tag="pad")
 
@@ -272,7 +277,9 @@ def qconv2d(inputs, attrs):
     real channels; B a multiple of 4 for a full conv); w (OC'/L, Cg'/4, KH, KW, L, 4)
     int8, packed from (OC, Cg, KH, KW) with OC padded to whole blocks of L lanes and Cg
     to whole groups of 4 (zeros): w[ob, cb, kh, kw, oi, ci] = W[ob*L + oi, cb*4 + ci,
-    kh, kw]; rq (7, OC'); optional residual (N, OC, OH, OW) or blocked. attrs: strides,
+    kh, kw] (on x86 without a dot product for the activations, int16 pairs instead:
+    (OC'/L, Cg'/2, KH, KW, L, 2)); rq (7, OC'); optional residual (N, OC, OH, OW) or
+    blocked. attrs: strides,
     dilations, pads, groups, oc (real output channels), x_zp, y_zp, out_dtype;
     ``out_block``: the output is the requantized block (N, OC'/L, OH, OW, L)
     (packager/graph/passes/int8_layout.py). Padding reads x_zp, so a padded tap adds
@@ -299,13 +306,18 @@ def qconv2d(inputs, attrs):
     depthwise = groups > 1 and cg == 1 and mg == 1 and ncb * k4 == 1
     # a blocked input is read in its blocks (a quad never crosses one): in place without
     # padding, else from a padded copy blocked alike (one vector per block)
+    # int16 weight pairs (x86 without a dot product): the activations are widened
+    # once, in the padded copy (made without padding too), so a step's pair is one
+    # 32-bit broadcast from memory
+    wide = "int16" if w.dtype == "int16" else ""
     direct = x.ndim == 5 and groups == 1 and x.shape[4] % k4 == 0
-    if direct and not any(before + after):
+    if direct and not any(before + after) and not wide:
         xp = x
     elif direct:
-        xp = _pad_in_quads(x, c_in, before, after, x.shape[1], x.shape[4], int(attrs["x_zp"]))
+        zp = int(attrs["x_zp"])
+        xp = _pad_in_quads(x, c_in, before, after, x.shape[1], x.shape[4], zp, wide)
     elif groups == 1:
-        xp = _pad_in_quads(x, c_in, before, after, ncb, k4, int(attrs["x_zp"]))
+        xp = _pad_in_quads(x, c_in, before, after, ncb, k4, int(attrs["x_zp"]), wide)
     elif depthwise:
         xp = _pad_in_quads(x, c_in, before, after, nb, lanes, int(attrs["x_zp"]))
     else:
@@ -555,9 +567,9 @@ def _tensorizable(ctx: ScheduleContext, acc: te.Tensor, x: te.Tensor) -> bool:
     out = ctx.outs[0]
     return (
         len(ctx.outs) == 1
-        and x.dtype in ("uint8", "int8")
+        and x.dtype in ("uint8", "int8", "int16")  # int16: pairs, widened in the copy
         and acc.shape[-1] in (4, 8, 16)
-        and acc.op.reduce_axis[-1].extent == 4  # fewer than 4 input channels pack fewer
+        and acc.op.reduce_axis[-1].extent in (2, 4)  # quads, or int16 pairs (x86)
         and out.ndim in (acc.ndim - 1, acc.ndim)  # NCHW or blocked like the accumulator
     )
 
@@ -594,7 +606,8 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     t_oc = cfg.define_split("qtile_oc", blocks, oc_def, most=MAX_OC_TILE)
     t_ow = cfg.define_split("qtile_ow", cols, ow_def, most=32)
     order = cfg.define("qreduce_order", ("rcb_k", "k_rcb"), "rcb_k")
-    intrin = dot4_intrin(x.dtype, lanes, ctx.target)
+    pairs = acc.op.reduce_axis[-1].extent == 2  # int16 weight pairs (quantize.py)
+    intrin = pair_intrin(lanes, ctx.target) if pairs else dot4_intrin(x.dtype, lanes, ctx.target)
 
     sch = te.create_schedule(ctx.outs)
     rqb = find_tagged(out, "requantize_blocked")

@@ -149,7 +149,7 @@ class _Layout:
         groups = int(node.attrs.get("groups", 1))
         one = ncb * k4 == 1 or node.attrs.get("dw_taps")  # a channel, or quads of taps
         depthwise = groups > 1 and one and int(node.attrs["oc"]) == groups
-        return groups == 1 and k4 == 4 or depthwise
+        return groups == 1 and k4 in (2, 4) or depthwise  # quads or int16 pairs
 
     # --- rewriting ----------------------------------------------------------------
 

@@ -191,6 +191,7 @@ def _unpacked_weights(node: Node, values) -> np.ndarray:
     if node.op == "qconv2d":
         nb, ncb, kh, kw, lanes, k4 = packed.shape
         full = packed.transpose(0, 4, 1, 5, 2, 3).reshape(nb * lanes, ncb * k4, kh, kw)
+        full = full.astype(np.int8)  # int16 pairs (an x86 CPU without VNNI) hold int8s
         return full[: int(node.attrs["oc"]), : values[node.inputs[0]].shape[1]]
     nb, kb, lanes, k4 = packed.shape
     full = packed.transpose(1, 3, 0, 2).reshape(kb * k4, nb * lanes)  # (K', N')

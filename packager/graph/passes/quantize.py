@@ -28,7 +28,7 @@ from dataclasses import replace
 import numpy as np
 
 from ...boards import load_board
-from ...ops.int8_intrin import dwdot_isa_for
+from ...ops.int8_intrin import dwdot_isa_for, pair_isa_for
 from ...target import AccelTarget, CpuTarget, Target
 from ..ir import Graph, Node
 from ..uses import add_const, consumers, producers
@@ -291,7 +291,10 @@ class _Matcher:
         # reads x_zp there) so even a 3-channel stem runs on the dot-product intrinsic
         groups = int(node.attrs.get("groups", 1))
         k4 = 4 if groups == 1 else min(4, cg)
-        packed = pack_conv_int8(w, self.lanes, k4)
+        pairs = groups == 1 and self.int16_pairs(x)
+        packed = pack_conv_int8(w, self.lanes, 2 if pairs else k4)
+        if pairs:  # x86 without a dot product: vpmaddwd of int16 pairs (int8_intrin.py)
+            packed = packed.astype(np.int16)
         taps = {}
         if self.dw_quads(node, x, w):  # 4 taps a dot-product step (int8_intrin.py)
             packed, taps = pack_dw_int8(w, self.lanes), {"dw_taps": w.shape[3]}
@@ -308,6 +311,13 @@ class _Matcher:
         attrs["macs"] = math.prod(self.values[node.outputs[0]].shape) * (w.size // oc)
         attrs |= {"oc": oc, **taps}
         return self.integer_node("qconv2d", q, x, packed, rq, yq, residual, attrs)
+
+    def int16_pairs(self, x) -> bool:
+        """Whether a full conv's weights go int16, in pairs of input channels: an x86
+        target whose dot product does not take these activations (no VNNI, or int8
+        ones) multiplies int16 pairs with one vpmaddwd per step."""
+        act = self.values[x[0]].dtype
+        return self.cpu is not None and pair_isa_for(act, self.lanes, self.cpu) is not None
 
     def dw_quads(self, node: Node, x, w: np.ndarray) -> bool:
         """Whether a depthwise conv runs 4 taps per dot-product step on this target: one
