@@ -85,7 +85,7 @@ def agreement(fp32: onnx.ModelProto, qdq: onnx.ModelProto, shape, n: int = 8):
     return float(np.mean(top)), float(np.mean(cos))
 
 
-def bench(name: str, size: int, rounds: int, repeat: int) -> dict:
+def bench(name: str, size: int, rounds: int, repeat: int, board: str = "host") -> dict:
     shape = (1, 3, size, size)
     fp32 = MODELS[name](size)
     with tempfile.TemporaryDirectory() as d:
@@ -93,8 +93,8 @@ def bench(name: str, size: int, rounds: int, repeat: int) -> dict:
         qdq = quantize(fp32, work, shape)
         (work / "f").mkdir()
         (work / "q").mkdir()
-        fb, fexe = co.build_bundle(fp32, work / "f")
-        qb, qexe = co.build_bundle(qdq, work / "q")
+        fb, fexe = co.build_bundle(fp32, work / "f", board_name=board)
+        qb, qexe = co.build_bundle(qdq, work / "q", board_name=board)
         feeds = co.input_feeds(fp32)
         paths = {}
         for k, v in feeds.items():
@@ -139,9 +139,8 @@ def main(argv=None) -> int:
         "AVX2 kernels, no VNNI, on an AVX-512 machine, against ORT's own kernels for it)",
     )
     args = p.parse_args(argv)
-    co.BOARD = args.board
     for name in args.models:
-        row = bench(name, args.size, args.rounds, args.repeat)
+        row = bench(name, args.size, args.rounds, args.repeat, args.board)
         print(json.dumps({**row, "board": args.board}), flush=True)
     return 0
 

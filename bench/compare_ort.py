@@ -151,19 +151,21 @@ def input_feeds(model: onnx.ModelProto, name: str = "") -> dict[str, np.ndarray]
     return feeds
 
 
-BOARD = "host"  # the local board bundles are built for (--board)
-
-
 def build_bundle(
-    model: onnx.ModelProto, workdir: Path, tuned: str | None = None, algorithm=None, ram_mb=None
+    model: onnx.ModelProto,
+    workdir: Path,
+    tuned: str | None = None,
+    algorithm=None,
+    ram_mb=None,
+    board_name: str = "host",
 ):
-    """(bundle dir, run_bundle) for the local board ``BOARD`` (host unless --board);
+    """(bundle dir, run_bundle) for the local board ``board_name``;
     ``tuned`` applies tuning_logs/<board>/:
     "own", the records of this machine's target only (as `packager build`), "all", those
     measured on other machines too (--use-foreign-records),
     ``algorithm`` forces a conv algorithm (conv_algorithms.ALGORITHMS) where it applies,
     ``ram_mb`` gives the board that much memory (a small one limits Winograd's filters)."""
-    board = load_board(BOARD)
+    board = load_board(board_name)
     board = replace(board, ram_mb=ram_mb) if ram_mb else board
     tuning = Tuning(board, log_files(board.name), use_foreign=tuned == "all") if tuned else None
     compiled = compile_model(model, board, tuning=tuning, conv_algorithm=algorithm)
@@ -253,20 +255,23 @@ def compare(
     algorithm=None,
     ram_mb=None,
     stat: str = "median",
+    board: str = "host",
 ) -> list[dict]:
     model = MODELS[name]()
     feeds = input_feeds(model, name)
     rows = []
     with tempfile.TemporaryDirectory() as d:
-        bundle, exe = build_bundle(model, Path(d))
+        bundle, exe = build_bundle(model, Path(d), board_name=board)
         variants = [("bundle", bundle, exe)]
         if tuned:
-            variants.append(("tuned", *build_bundle(model, Path(d), tuned=tuned)))
+            variants.append(("tuned", *build_bundle(model, Path(d), tuned=tuned, board_name=board)))
         if algorithm:
-            variants.append((algorithm, *build_bundle(model, Path(d), algorithm=algorithm)))
+            variants.append(
+                (algorithm, *build_bundle(model, Path(d), algorithm=algorithm, board_name=board))
+            )
         small = f"{ram_mb}mb"
         if ram_mb:
-            variants.append((small, *build_bundle(model, Path(d), ram_mb=ram_mb)))
+            variants.append((small, *build_bundle(model, Path(d), ram_mb=ram_mb, board_name=board)))
         for label, b, _ in variants:
             print(f"{name} {label}: params.bin {(b / 'params.bin').stat().st_size / 1e6:.1f} MB")
         paths = {}
@@ -377,10 +382,8 @@ def main(argv=None) -> int:
         "256-bit AVX2 kernels on an AVX-512 machine (ORT still picks its own kernels)",
     )
     args = p.parse_args(argv)
-    global BOARD
-    BOARD = args.board
-    if not load_board(BOARD).is_local:
-        p.error(f"--board {BOARD}: not a local board (it has a connection)")
+    if not load_board(args.board).is_local:
+        p.error(f"--board {args.board}: not a local board (it has a connection)")
     rows = []
     for name in args.models:
         rows += compare(
@@ -392,6 +395,7 @@ def main(argv=None) -> int:
             args.conv_algorithm,
             args.ram_mb,
             args.stat,
+            args.board,
         )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -32,9 +32,10 @@ import functools
 
 from .. import te
 from ..target import CpuTarget
+from ..te.simplify import simplify
 from ..te.tensorize import TensorIntrin
 
-_CT = {"uint8": "uint8_t", "int8": "int8_t"}
+_CT = {"uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t"}
 _SHORT = {"uint8": "u8", "int8": "s8"}
 
 
@@ -174,7 +175,7 @@ WIDE = {
     "avx512_vnni": "#if defined(__GNUC__) && !defined(__clang__)\n"
     '#pragma GCC target("prefer-vector-width=512")\n#endif\n',
 }
-WIDE["avx512bw"] = WIDE["avx512_vnni"]
+WIDE["avx512bw"] = WIDE["avx512f"] = WIDE["avx512_vnni"]
 
 
 def isa_for(act: str, lanes: int, target: CpuTarget) -> str | None:
@@ -195,17 +196,21 @@ def isa_for(act: str, lanes: int, target: CpuTarget) -> str | None:
     return None
 
 
-def _c_def(name: str, act: str, lanes: int, isa: str | None, isas=None, a_at="k") -> str:
+def _c_def(
+    name: str, act: str, lanes: int, isa: str | None, isas=None, a_at="k", depth=4, wt="int8"
+) -> str:
     """The intrinsic's C: ``isas[isa]``'s body under its guard over the scalar loop
-    (``a_at``: where lane l's k-th activation lies)."""
+    (``a_at``: where lane l's k-th activation lies; ``depth`` products per lane, weights
+    of type ``wt``)."""
     scalar = f"""    for (int l = 0; l < {lanes}; ++l) {{
         int32_t s = acc[l];
-        for (int k = 0; k < 4; ++k) s += (int32_t)a[{a_at}] * (int32_t)w[4 * l + k];
+        for (int k = 0; k < {depth}; ++k)
+            s += (int32_t)a[{a_at}] * (int32_t)w[{depth} * l + k];
         acc[l] = s;
     }}"""
     head = (
         f"static inline void {name}(int32_t *restrict acc, const {_CT[act]} *restrict a,\n"
-        f"    const int8_t *restrict w) {{"
+        f"    const {_CT[wt]} *restrict w) {{"
     )
     if isa is None:
         return f"{head}\n{scalar}\n}}"
@@ -423,7 +428,7 @@ def _requant_avx2(zp: int, out: str) -> str:
 
 
 _RQ_ISAS = {  # lanes: (label, guard, header, body(zp, out), the WIDE pragma's key)
-    16: ("vpmuldq zmm", "defined(__AVX512F__)", "immintrin.h", _requant_avx512, "avx512_vnni"),
+    16: ("vpmuldq zmm", "defined(__AVX512F__)", "immintrin.h", _requant_avx512, "avx512f"),
     8: ("vpmuldq ymm", "defined(__AVX2__)", "immintrin.h", _requant_avx2, None),
 }
 
@@ -445,8 +450,6 @@ def requant_intrin(lanes: int, out: str, y_zp: int, target: CpuTarget, expr) -> 
 
 @functools.cache
 def _requant(lanes: int, out: str, zp: int, expr) -> TensorIntrin:
-    from ..te.simplify import simplify
-
     acc = te.placeholder((lanes,), "int32", "acc")
     rows = [te.placeholder((lanes,), "int32", f"p{k}") for k in range(6)]
     decl = te.compute(
@@ -527,20 +530,8 @@ def _pair_body(lanes: int, target: CpuTarget) -> str | None:
 @functools.cache
 def _pair(lanes: int, isa: str | None) -> TensorIntrin:
     name = f"pk_pair_s16x{lanes}_{isa or 'scalar'}"
-    scalar = f"""    for (int l = 0; l < {lanes}; ++l)
-        acc[l] += (int32_t)a[0] * (int32_t)w[2 * l] + (int32_t)a[1] * (int32_t)w[2 * l + 1];"""
-    head = (
-        f"static inline void {name}(int32_t *restrict acc, const int16_t *restrict a,\n"
-        f"    const int16_t *restrict w) {{"
-    )
-    if isa is None:
-        c_def, label = f"{head}\n{scalar}\n}}", "scalar"
-    else:
-        label, guard, header, body = _PAIR_ISAS[isa]
-        c_def = (
-            f"#if {guard}\n#include <{header}>\n{WIDE.get(isa, '')}#endif\n{head}\n"
-            f"#if {guard}\n{body('int16', lanes)}\n#else\n{scalar}\n#endif\n}}"
-        )
+    c_def = _c_def(name, "int16", lanes, isa, _PAIR_ISAS, depth=2, wt="int16")
+    label = _PAIR_ISAS[isa][0] if isa else "scalar"
     return TensorIntrin(name, pair_declaration(lanes), c_def, label)
 
 

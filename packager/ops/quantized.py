@@ -291,12 +291,9 @@ def qconv2d(inputs, attrs):
         acc = _dw_quads_acc(x, w, attrs)
         return _requantized(acc, rq, residual, attrs, x.shape[0], int(attrs["oc"]))
     groups = int(attrs.get("groups", 1))
-    strides = list(attrs.get("strides") or [1, 1])
-    dilations = list(attrs.get("dilations") or [1, 1])
-    before, after = split_pads(attrs.get("pads"), 2)
     oc = int(attrs["oc"])
     nb, ncb, kh, kw, lanes, k4 = w.shape
-    c_in = int(attrs["c"]) if x.ndim == 5 else x.shape[1]
+    strides, dilations, before, after, spatial, c_in = _geometry(x, attrs, kh, kw)
     cg = c_in // groups
     mg = oc // groups
     extra = ncb * k4 - cg  # channels read past a group's end (zero weights): keep in bounds
@@ -310,24 +307,18 @@ def qconv2d(inputs, attrs):
     # once, in the padded copy (made without padding too), so a step's pair is one
     # 32-bit broadcast from memory
     wide = "int16" if w.dtype == "int16" else ""
+    zp = int(attrs["x_zp"])
     direct = x.ndim == 5 and groups == 1 and x.shape[4] % k4 == 0
     if direct and not any(before + after) and not wide:
         xp = x
     elif direct:
-        zp = int(attrs["x_zp"])
         xp = _pad_in_quads(x, c_in, before, after, x.shape[1], x.shape[4], zp, wide)
     elif groups == 1:
-        xp = _pad_in_quads(x, c_in, before, after, ncb, k4, int(attrs["x_zp"]), wide)
+        xp = _pad_in_quads(x, c_in, before, after, ncb, k4, zp, wide)
     elif depthwise:
-        xp = _pad_in_quads(x, c_in, before, after, nb, lanes, int(attrs["x_zp"]))
+        xp = _pad_in_quads(x, c_in, before, after, nb, lanes, zp)
     else:
-        xp = pad_tensor(
-            x, [0, 0, *before], [0, extra, *after], value=int(attrs["x_zp"]), name="qconv_pad"
-        )
-    spatial = [
-        out_len(x.shape[2 + i], (kh, kw)[i], strides[i], dilations[i], before[i], after[i])
-        for i in range(2)
-    ]
+        xp = pad_tensor(x, [0, 0, *before], [0, extra, *after], value=zp, name="qconv_pad")
     rcb = te.reduce_axis(ncb, "rcb")
     rk = reduce_axes((kh, kw), "rk")
     rci = te.reduce_axis(k4, "rci")
@@ -402,6 +393,20 @@ def _requantized(acc: te.Tensor, rq, residual, attrs: dict, n: int, oc: int) -> 
     ]
 
 
+def _geometry(x: te.Tensor, attrs: dict, kh: int, kw: int):
+    """(strides, dilations, pads before, pads after, output H and W, input channels)
+    of a qconv2d with a kh x kw kernel over ``x`` (NCHW, or blocked with attr ``c``)."""
+    strides = list(attrs.get("strides") or [1, 1])
+    dilations = list(attrs.get("dilations") or [1, 1])
+    before, after = split_pads(attrs.get("pads"), 2)
+    spatial = [
+        out_len(x.shape[2 + i], (kh, kw)[i], strides[i], dilations[i], before[i], after[i])
+        for i in range(2)
+    ]
+    c_in = int(attrs["c"]) if x.ndim == 5 else x.shape[1]
+    return strides, dilations, before, after, spatial, c_in
+
+
 def _dw_quads_acc(x: te.Tensor, w: te.Tensor, attrs: dict) -> te.Tensor:
     """The accumulator of a depthwise conv whose weights hold each row's taps in quads
     (attr ``dw_taps``: the kernel's real width KW; w (C'/L, 1, KH, ceil(KW/4), L, 4),
@@ -411,15 +416,9 @@ def _dw_quads_acc(x: te.Tensor, w: te.Tensor, attrs: dict) -> te.Tensor:
     columns enough on the right for the last quad's taps past KW (zero weights), so 4
     taps are 4 consecutive vectors: one dot-product step (int8_intrin.dwdot_intrin)."""
     nb, _, kh, nq, lanes, k4 = w.shape
-    kw = int(attrs["dw_taps"])
-    strides = list(attrs.get("strides") or [1, 1])
-    dilations = list(attrs.get("dilations") or [1, 1])
-    before, after = split_pads(attrs.get("pads"), 2)
-    c_in = int(attrs["c"]) if x.ndim == 5 else x.shape[1]
-    spatial = [
-        out_len(x.shape[2 + i], (kh, kw)[i], strides[i], dilations[i], before[i], after[i])
-        for i in range(2)
-    ]
+    strides, dilations, before, after, spatial, c_in = _geometry(
+        x, attrs, kh, int(attrs["dw_taps"])
+    )
     width = x.shape[3] + before[1] + after[1]
     after = [after[0], after[1] + max(0, (spatial[1] - 1) * strides[1] + nq * k4 - width)]
     xp = _pad_in_quads(x, c_in, before, after, nb, lanes, int(attrs["x_zp"]))
