@@ -34,8 +34,9 @@ def add_parser(sub) -> None:
         "--max-errors",
         type=int,
         metavar="N",
-        help="failed configs (refused, compile error, crash, wrong answer) tried at most "
-        "per task before it stops (default: as many as --trials)",
+        help="configs that fail on the board (compile error, crash, wrong answer, "
+        "timeout) tried at most per task before it stops (default: as many as --trials); "
+        "configs the template refuses on the host are skipped without counting here",
     )
     t.add_argument("--tuner", choices=sorted(PROPOSERS), default="xgb")
     t.add_argument(

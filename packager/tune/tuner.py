@@ -4,8 +4,9 @@ model; until the trials, the early-stopping patience or the time budget run out
 
 Trials are valid measurements: a config the template refuses, or that fails to compile,
 crashes, hangs or gives a wrong answer, is logged (and taught to the model as the worst)
-but does not count. At most ``max_errors`` such configs (default: as many as the trials)
-are tried, so a space where nothing is valid still ends.
+but does not count. At most ``max_errors`` configs that fail on the board (default: as
+many as the trials) are tried, and at most ``refused_limit`` that the template refuses on
+the host, so a space where nothing is valid still ends.
 
 A run resumes from the log: configs already measured for this task on this board (found
 by their knobs, so a template that grew knobs since still finds them) are never measured
@@ -43,7 +44,7 @@ class Options:
     # over between tasks of different shapes (transfer)
     feature_kind: str = "knob"
     transfer: list = field(default_factory=list)  # records of other tasks
-    max_errors: int | None = None  # invalid configs tried at most (None: ``trials``)
+    max_errors: int | None = None  # failed configs tried at most (None: ``trials``)
 
 
 @dataclass
@@ -54,7 +55,7 @@ class TaskResult:
     best_cost: float
     default_cost: float
     history: list[float]  # best-so-far cost after each trial (valid measurement)
-    errors: int = 0  # invalid configs tried (not trials)
+    errors: int = 0  # failed configs tried (not trials), the refused ones included
     stop_reason: str = ""  # why the task ended: "trials exhausted (16 of 16)", ...
 
     def gflops(self, seconds: float) -> float:
@@ -74,10 +75,12 @@ class _State:
         self.feats: dict[int, np.ndarray | None] = {}
         self.order: list[int] = []
         self.valid = 0  # measurements with a cost
+        self.refused = 0  # configs the template or lowering refused on the host
 
     @property
     def errors(self) -> int:
-        return len(self.costs) - self.valid
+        """Configs that failed on the board (compile, crash, wrong answer, timeout)."""
+        return len(self.costs) - self.valid - self.refused
 
     def feature(self, i: int, prim=None) -> np.ndarray | None:
         if i not in self.feats:
@@ -88,10 +91,11 @@ class _State:
                 self.feats[i] = None if prim is None else features(prim, self.task.family)
         return self.feats[i]
 
-    def add(self, i: int, c: float, prim=None) -> None:
+    def add(self, i: int, c: float, prim=None, error: str | None = None) -> None:
         self.costs[i] = c
         self.order.append(i)
         self.valid += bool(np.isfinite(c))
+        self.refused += error == "invalid"
         if prim is not None or self.kind == "knob":
             self.feature(i, prim)
 
@@ -156,7 +160,8 @@ def tune_task(task: Task, measurer: Measurer, log: TuningLog, opts: Options, pro
             continue
         i = space.index_of(r["config"]["knobs"])
         if i is not None and i not in state.costs:
-            state.add(i, cost(r))  # resume: features are recomputed when the model needs them
+            # resume: features are recomputed when the model needs them
+            state.add(i, cost(r), error=r["result"]["error"])
     model = CostModel(opts.seed)
     if opts.tuner == "xgb":
         _transfer(model, state, opts.transfer)
@@ -173,7 +178,7 @@ def tune_task(task: Task, measurer: Measurer, log: TuningLog, opts: Options, pro
             log.append(
                 make_record(board, task, m.index, m.knobs, m.costs, m.error, m.device, m.extra)
             )
-            state.add(m.index, m.median, m.prim)
+            state.add(m.index, m.median, m.prim, m.error)
             if np.isfinite(m.median):
                 history.append(min(history[-1] if history else float("inf"), m.median))
         if opts.tuner == "xgb":
@@ -200,12 +205,24 @@ def _propose(state: _State, model: CostModel, opts: Options, rng, n: int) -> lis
     return first + rest
 
 
+def refused_limit(trials: int) -> int:
+    """Configs the template refuses are found on the host without the board, at the cost
+    of a lowering each, so they do not count against ``max_errors``: a space where a few
+    knob combinations are refused (too long an unrolled tile) would otherwise end a short
+    run early. This bound still ends a space that refuses everything."""
+    return max(64, 8 * trials)
+
+
 def _why_stop(state: _State, history: list[float], opts: Options, max_errors: int) -> str:
     """Why the task ends now, or "" while it goes on."""
     k = opts.early_stopping
     reasons = (
         (state.valid >= opts.trials, f"trials exhausted ({state.valid} of {opts.trials})"),
         (state.errors >= max_errors, f"too many failed configs ({state.errors})"),
+        (
+            state.refused >= refused_limit(opts.trials),
+            f"too many refused configs ({state.refused})",
+        ),
         (
             len(state.costs) >= state.space.size,
             f"space exhausted (all {state.space.size} configs measured)",
@@ -237,6 +254,6 @@ def _result(task: Task, state: _State, history: list[float], why: str) -> TaskRe
         state.costs[best] if best is not None else float("inf"),
         state.costs.get(state.space.default_index(), float("inf")),
         history,
-        state.errors,
+        state.errors + state.refused,
         why,
     )

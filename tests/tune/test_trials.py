@@ -11,22 +11,23 @@ from packager.tune.log import TuningLog, cost
 from packager.tune.measure import Measurement, Measurer, Settings
 from packager.tune.run import model_tasks
 from packager.tune.space import space_of
-from packager.tune.tuner import Options, tune_task
+from packager.tune.tuner import Options, refused_limit, tune_task
 
 
 class _Stub:
     """Answers without the board: every third config (by index) fails as ``error``,
-    the rest cost a made-up time; ``all_fail`` fails everything."""
+    the rest cost a made-up time; ``all_fail`` fails everything, ``fail_first`` the
+    first so many configs asked."""
 
-    def __init__(self, board, error="compile_error", all_fail=False):
-        self.board, self.error, self.all_fail = board, error, all_fail
+    def __init__(self, board, error="compile_error", all_fail=False, fail_first=0):
+        self.board, self.error, self.all_fail, self.fail_first = board, error, all_fail, fail_first
         self.asked: list[int] = []
 
     def measure(self, task, batch):
         out = []
         for i, knobs in batch:
             self.asked.append(i)
-            if self.all_fail or i % 3 == 0:
+            if self.all_fail or i % 3 == 0 or len(self.asked) <= self.fail_first:
                 out.append(Measurement(i, knobs, [], self.error))
             else:
                 out.append(Measurement(i, knobs, [1e-3 * (1 + i % 17)]))
@@ -70,6 +71,24 @@ def test_a_space_of_invalid_configs_still_ends(conv_onnx, tmp_path):
         Options(trials=12, batch=5, max_errors=7, tuner="random"),
     )
     assert res.errors == 7 and res.trials == 0
+
+
+def test_refused_configs_do_not_use_up_the_error_budget(conv_onnx, tmp_path):
+    """More configs refused on the host than a short run has trials: the run still gets
+    all its trials (the failures the board would see stay bounded by max_errors); a space
+    the template refuses entirely ends after refused_limit."""
+    board, task = _task(conv_onnx)
+    res = tune_task(
+        task, _Stub(board, "invalid", fail_first=10), TuningLog(tmp_path / "t.jsonl"),
+        Options(trials=6, batch=4, tuner="random"),
+    )  # fmt: skip
+    assert res.trials == 6 and res.errors >= 10 and "trials exhausted" in res.stop_reason
+    res = tune_task(
+        task, _Stub(board, "invalid", all_fail=True), TuningLog(tmp_path / "u.jsonl"),
+        Options(trials=2, batch=16, tuner="random"),
+    )  # fmt: skip
+    assert res.trials == 0 and res.errors == refused_limit(2) == 64
+    assert res.stop_reason == "too many refused configs (64)"
 
 
 def test_a_refused_config_is_logged_invalid_and_not_counted(conv_onnx, tmp_path):
