@@ -16,6 +16,7 @@ from packager.boards import load_board
 from packager.codegen import codegen_c
 from packager.frontend.importer import import_onnx
 from packager.graph.passes.quantize import (
+    add_attrs,
     mulhi_table,
     narrow_bounds,
     narrow_epilogue,
@@ -437,6 +438,48 @@ def test_blocked_mulhi_epilogue_is_one_intrinsic_call_with_the_int64_bytes(
     lo, hi = (0, 255) if out == "uint8" else (-128, 127)
     assert (vals == hi).any() and len(np.unique(vals)) > 3  # saturated, and values
     assert (vals == (zp if out == "uint8" else lo)).any()  # the ReLU bound / saturation
+
+
+RESIDUAL = [  # lanes, out, residual type, conv's zero point, what the host must have
+    (16, "int8", "int8", -2, "avx512f"),
+    (16, "uint8", "uint8", 0, "avx512f"),
+    (8, "uint8", "uint8", 5, "avx2"),
+    (8, "int8", "uint8", 0, "avx2"),
+]
+
+
+@pytest.mark.parametrize("lanes,out,res,zp,need", RESIDUAL)
+def test_folded_residual_add_is_one_intrinsic_call_with_the_int64_bytes(lanes, out, res, zp, need):
+    """A blocked 'mulhi' conv with a residual add folded in (a projection conv of an
+    inverted residual block): one pk_requant_add call per block and column, the mulhi
+    epilogue then the int32 qadd in registers, the bytes of the int64 epilogue followed
+    by the int64 add reading an NCHW residual."""
+    if need not in _cpu_flags():
+        pytest.skip(f"this machine has no {need}")
+    (x, w, rq), attrs = qconv_case("uint8", lanes)
+    attrs = attrs | {"out_dtype": out, "y_zp": zp}
+    oc = attrs["oc"]
+    rng = np.random.default_rng(1)
+    lo, hi = (0, 256) if res == "uint8" else (-128, 128)
+    r = rng.integers(lo, hi, (1, oc, 7, 7)).astype(res)
+    fold = add_attrs(("y", 0.05, zp), ("r", 0.03, 3), (0.06, -7 if out == "int8" else 9), None, out)
+    assert fold["i32"]
+    attrs |= {f"add_{k}": v for k, v in fold.items()}
+    table = mulhi_table(narrow_bounds(rq, zp, out), oc)
+    battrs = attrs | {"c": x.shape[1], "out_block": True, "rq32": "mulhi"}
+    feats = (need, "avx2") if need == "avx512f" else (need,)
+    target = CpuTarget(vector_bits=32 * lanes, features=feats)
+    blocked = [_blocked(x, lanes, 9), w, table, _blocked(r, lanes, 0)]
+    src = codegen_c(qconv_func(blocked, battrs, target)[0])
+    assert re.search(r"pk_requant_add_\w+\(&qconv\[", src), "no epilogue call"
+    want = _blocked(run_host([x, w, rq, r], attrs, None), lanes, 0)
+    past = oc - (want.shape[1] - 1) * lanes
+    for flags in (HOST_FLAGS, (*HOST_FLAGS, f"-mno-{need}")):  # and the C loop
+        got = run_host(blocked, battrs, target, flags)
+        got[:, -1, :, :, past:] = 0  # the channels past oc: not compared
+        np.testing.assert_array_equal(got, want)
+    vals = want.view(np.uint8) if out == "uint8" else want
+    assert len(np.unique(vals)) > 20 and (vals == (255 if out == "uint8" else 127)).any()
 
 
 def test_int32_epilogue_is_refused_where_int32_could_overflow():

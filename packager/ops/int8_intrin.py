@@ -394,84 +394,159 @@ def dwdot_intrin(act: str, lanes: int, target: CpuTarget) -> TensorIntrin:
 # --- the requantize epilogue: L int32 accumulators to L output bytes ----------------
 
 
-def _requant_avx512(zp: int, out: str) -> str:
-    add_zp = f"\n    q = _mm512_add_epi32(q, _mm512_set1_epi32({zp}));" if zp else ""
-    return f"""    const __m512i a = _mm512_add_epi32(_mm512_loadu_si512((const void *)acc),
-                                       _mm512_loadu_si512((const void *)p0));
-    const __m512i m = _mm512_loadu_si512((const void *)p1);
-    const __m512i even = _mm512_srli_epi64(_mm512_mul_epi32(a, m), 32);
-    const __m512i odd = _mm512_mul_epi32(_mm512_srli_epi64(a, 32), _mm512_srli_epi64(m, 32));
-    __m512i q = _mm512_mask_blend_epi32(0xAAAA, even, odd);
-    q = _mm512_srav_epi32(_mm512_add_epi32(q, _mm512_loadu_si512((const void *)p2)),
-                          _mm512_loadu_si512((const void *)p3));{add_zp}
-    q = _mm512_max_epi32(q, _mm512_loadu_si512((const void *)p4));
-    q = _mm512_min_epi32(q, _mm512_loadu_si512((const void *)p5));
-    _mm_storeu_si128((__m128i *)y, _mm512_cvtepi32_epi8(q));"""
-
-
-def _requant_avx2(zp: int, out: str) -> str:
-    add_zp = f"\n    q = _mm256_add_epi32(q, _mm256_set1_epi32({zp}));" if zp else ""
-    pack = "_mm_packus_epi16" if out == "uint8" else "_mm_packs_epi16"
-    return f"""    const __m256i a = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)acc),
-                                       _mm256_loadu_si256((const __m256i *)p0));
-    const __m256i m = _mm256_loadu_si256((const __m256i *)p1);
-    const __m256i even = _mm256_srli_epi64(_mm256_mul_epi32(a, m), 32);
-    const __m256i odd = _mm256_mul_epi32(_mm256_srli_epi64(a, 32), _mm256_srli_epi64(m, 32));
-    __m256i q = _mm256_blend_epi32(even, odd, 0xAA);
-    q = _mm256_srav_epi32(_mm256_add_epi32(q, _mm256_loadu_si256((const __m256i *)p2)),
-                          _mm256_loadu_si256((const __m256i *)p3));{add_zp}
-    q = _mm256_max_epi32(q, _mm256_loadu_si256((const __m256i *)p4));
-    q = _mm256_min_epi32(q, _mm256_loadu_si256((const __m256i *)p5));
-    /* within the output type after the clamp: the saturating packs keep every value */
-    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-    _mm_storel_epi64((__m128i *)y, {pack}(w, w));"""
-
-
-_RQ_ISAS = {  # lanes: (label, guard, header, body(zp, out), the WIDE pragma's key)
-    16: ("vpmuldq zmm", "defined(__AVX512F__)", "immintrin.h", _requant_avx512, "avx512f"),
-    8: ("vpmuldq ymm", "defined(__AVX2__)", "immintrin.h", _requant_avx2, None),
+_VEC = {  # vector bits: (intrinsic prefix, integer type suffix, odd-lane blend)
+    512: ("_mm512", "si512", "_mm512_mask_blend_epi32(0xAAAA, even, odd)"),
+    256: ("_mm256", "si256", "_mm256_blend_epi32(even, odd, 0xAA)"),
 }
 
 
-def requant_intrin(lanes: int, out: str, y_zp: int, target: CpuTarget, expr) -> TensorIntrin | None:
+def _requant_x86(width: int, zp: int, out: str, add: dict | None = None, res: str = "") -> str:
+    """The body: q = the mulhi epilogue of acc (rows p0..p5), clamped within ``out``;
+    with ``add`` (quantized._qadd's attrs, int32 form) q then adds the residual ``r``
+    (``res`` bytes): s = (q - a_zp) * a_mult + (r - b_zp) * b_mult, clamped at [lo, hi],
+    rounded and shifted, plus y_zp, saturated; stored as bytes (vpmovdb, or packs)."""
+    p, si, blend = _VEC[width]
+
+    def ld(v: str) -> str:
+        return f"{p}_loadu_{si}((const void *){v})"
+
+    def c(v: int) -> str:
+        return f"{p}_set1_epi32({_lit(v)})"
+
+    lines = [
+        f"    const __m{width}i a = {p}_add_epi32({ld('acc')}, {ld('p0')});",
+        f"    const __m{width}i m = {ld('p1')};",
+        f"    const __m{width}i even = {p}_srli_epi64({p}_mul_epi32(a, m), 32);",
+        f"    const __m{width}i odd = {p}_mul_epi32({p}_srli_epi64(a, 32), {p}_srli_epi64(m, 32));",
+        f"    __m{width}i q = {blend};",
+        f"    q = {p}_srav_epi32({p}_add_epi32(q, {ld('p2')}), {ld('p3')});",
+    ]
+    if zp:
+        lines.append(f"    q = {p}_add_epi32(q, {c(zp)});")
+    lines += [
+        f"    q = {p}_max_epi32(q, {ld('p4')});",
+        f"    q = {p}_min_epi32(q, {ld('p5')});",
+    ]
+    if add is not None:
+        sign = "u" if res == "uint8" else "i"
+        load_r = "_mm_loadu_si128" if width == 512 else "_mm_loadl_epi64"
+        lo, hi = _TYPE_RANGE[add["out_dtype"]]
+        lines += [
+            f"    const __m{width}i rv = {p}_cvtep{sign}8_epi32({load_r}((const void *)r));",
+            f"    __m{width}i s = {p}_add_epi32(",
+            f"        {p}_mullo_epi32({p}_sub_epi32(q, {c(add['a_zp'])}), {c(add['a_mult'])}),",
+            f"        {p}_mullo_epi32({p}_sub_epi32(rv, {c(add['b_zp'])}), {c(add['b_mult'])}));",
+            f"    s = {p}_min_epi32({p}_max_epi32(s, {c(add['lo'])}), {c(add['hi'])});",
+            f"    s = {p}_srai_epi32({p}_add_epi32(s, {c(1 << (add['shift'] - 1))}), "
+            f"{add['shift']});",
+            f"    q = {p}_add_epi32(s, {c(add['y_zp'])});",
+            f"    q = {p}_min_epi32({p}_max_epi32(q, {c(lo)}), {c(hi)});",
+        ]
+        out = add["out_dtype"]
+    if width == 512:
+        lines.append("    _mm_storeu_si128((__m128i *)y, _mm512_cvtepi32_epi8(q));")
+    else:
+        pack = "_mm_packus_epi16" if out == "uint8" else "_mm_packs_epi16"
+        lines += [
+            "    /* within the output type after the clamp: the saturating packs keep it */",
+            "    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), "
+            "_mm256_extracti128_si256(q, 1));",
+            f"    _mm_storel_epi64((__m128i *)y, {pack}(w, w));",
+        ]
+    return "\n".join(lines)
+
+
+def _lit(v: int) -> str:
+    """An int32 C literal (INT32_MIN has none: 2147483648 is a long)."""
+    return "(-2147483647 - 1)" if int(v) == -(2**31) else str(int(v))
+
+
+_TYPE_RANGE = {"uint8": (0, 255), "int8": (-128, 127)}
+_RQ_ISAS = {  # lanes: (label, guard, header, vector bits, the WIDE pragma's key)
+    16: ("vpmuldq zmm", "defined(__AVX512F__)", "immintrin.h", 512, "avx512f"),
+    8: ("vpmuldq ymm", "defined(__AVX2__)", "immintrin.h", 256, None),
+}
+
+
+def requant_intrin(
+    lanes: int, out: str, y_zp: int, target: CpuTarget, expr, add: dict | None = None,
+    res: str = "", add_expr=None,
+) -> TensorIntrin | None:  # fmt: skip
     """The requantize epilogue of an ``rq32 == "mulhi"`` table as one call per vector of
     L lanes, None where the target has no body for L: ``expr(acc, prm, y_zp)`` is the
     int32 epilogue (quantized.requantize_mulhi), declared here on placeholders and
     narrowed to ``out``. The multiply is vpmuldq on the even and odd lanes (GCC widens
     both operands to 64-bit lanes and narrows back); the clamped value is stored as
-    bytes in one instruction (vpmovdb) or two packs."""
+    bytes in one instruction (vpmovdb) or two packs.
+
+    With ``add`` (a folded residual add's qadd attrs, ``add_`` prefix dropped; its int32
+    form only) the epilogue goes on with ``add_expr(y, r, add)`` (quantized._qadd) of
+    the narrowed value y and the residual r, a vector of ``res`` bytes read beside the
+    accumulators."""
     if target.arch != "x86_64" or lanes not in _RQ_ISAS or out not in _CT:
         return None
     need = "avx512f" if lanes == 16 else "avx2"
     if need not in target.features and not (lanes == 16 and target.vector_bits >= 512):
         return None
-    return _requant(lanes, out, int(y_zp), expr)
+    if add is not None and (not add.get("i32") or res not in _CT):
+        return None
+    key = None if add is None else tuple(sorted(add.items()))
+    return _requant(lanes, out, int(y_zp), expr, key, res, add_expr)
 
 
 @functools.cache
-def _requant(lanes: int, out: str, zp: int, expr) -> TensorIntrin:
+def _requant(
+    lanes: int, out: str, zp: int, expr, key: tuple | None, res: str, add_expr
+) -> TensorIntrin:
+    add = None if key is None else dict(key)
     acc = te.placeholder((lanes,), "int32", "acc")
     rows = [te.placeholder((lanes,), "int32", f"p{k}") for k in range(6)]
-    decl = te.compute(
-        (lanes,),
-        lambda j: simplify(te.cast(out, expr(acc[j], lambda r: rows[r][j], zp))),
-        name=f"requant_{_SHORT[out]}x{lanes}",
-    )
-    label, guard, header, body, wide = _RQ_ISAS[lanes]
+    r = te.placeholder((lanes,), res or "int8", "r")
+
+    def value(j):
+        y = te.cast(out, expr(acc[j], lambda k: rows[k][j], zp))
+        return y if add is None else add_expr(y, r[j], add)
+
+    final = out if add is None else add["out_dtype"]
+    label, guard, header, width, wide = _RQ_ISAS[lanes]
     name = f"pk_requant_{_SHORT[out]}x{lanes}_zp{zp}".replace("-", "m")
-    scalar = f"""    for (int l = 0; l < {lanes}; ++l) {{
-        int32_t h = (int32_t)(((int64_t)(acc[l] + p0[l]) * (int64_t)p1[l]) >> 32);
+    step = f"""        int32_t h = (int32_t)(((int64_t)(acc[l] + p0[l]) * (int64_t)p1[l]) >> 32);
         int32_t q = ((h + p2[l]) >> p3[l]) + {zp};
         q = q < p4[l] ? p4[l] : q;
-        y[l] = ({_CT[out]})(q > p5[l] ? p5[l] : q);
-    }}"""
+        q = q > p5[l] ? p5[l] : q;"""
     args = ", ".join(f"const int32_t *restrict p{k}" for k in range(6))
+    if add is not None:
+        name = f"pk_requant_add_{_SHORT[out]}{_SHORT[res]}x{lanes}_{_digest(key, zp)}"
+        lo, hi = _TYPE_RANGE[final]
+        step += f"""
+        int32_t s = (q - {add["a_zp"]}) * {add["a_mult"]}
+                    + ((int32_t)r[l] - {add["b_zp"]}) * {add["b_mult"]};
+        s = s < {_lit(add["lo"])} ? {_lit(add["lo"])} : s > {add["hi"]} ? {add["hi"]} : s;
+        q = ((s + {1 << (add["shift"] - 1)}) >> {add["shift"]}) + {add["y_zp"]};
+        q = q < {lo} ? {lo} : q > {hi} ? {hi} : q;"""
+        args += f",\n    const {_CT[res]} *restrict r"
+    short = f"requant_{_SHORT[out]}x{lanes}" if add is None else name[3:]
+    decl = te.compute((lanes,), lambda j: simplify(value(j)), name=short)
+    scalar = (
+        f"    for (int l = 0; l < {lanes}; ++l) {{\n{step}\n        y[l] = ({_CT[final]})q;\n    }}"
+    )
     c_def = (
         f"#if {guard}\n#include <{header}>\n{WIDE.get(wide, '')}#endif\n"
-        f"static inline void {name}({_CT[out]} *restrict y, const int32_t *restrict acc,\n"
-        f"    {args}) {{\n#if {guard}\n{body(zp, out)}\n#else\n{scalar}\n#endif\n}}"
+        f"static inline void {name}({_CT[final]} *restrict y, const int32_t *restrict acc,\n"
+        f"    {args}) {{\n#if {guard}\n{_requant_x86(width, zp, out, add, res)}\n#else\n"
+        f"{scalar}\n#endif\n}}"
     )
-    return TensorIntrin(name, decl, c_def, label)
+    intrin = TensorIntrin(name, decl, c_def, label)
+    assert [t.name for t in intrin.inputs] == ["acc", *(f"p{k}" for k in range(6))] + (
+        ["r"] if add else []
+    ), "the C arguments follow the declaration's reads"
+    return intrin
+
+
+def _digest(key: tuple, zp: int) -> str:
+    import hashlib
+
+    return hashlib.sha256(repr((key, zp)).encode()).hexdigest()[:10]
 
 
 # --- x86 without VNNI: int16 pairs, one vpmaddwd per step ---------------------------

@@ -670,11 +670,19 @@ def _requant_tensorized(ctx: ScheduleContext, sch: te.Schedule, rqb: te.Tensor, 
     plain = out.op.tag == "requantize" and out.op.input_tensors == [rqb]  # nothing fused
     if not plain or out.ndim != 5 or attrs.get("rq32") != "mulhi":
         return False  # NCHW out, another epilogue, or more ops after it
-    if len(rqb.op.input_tensors) != 2:
-        return False  # a residual read
+    add, res = None, ""
+    if len(rqb.op.input_tensors) != 2:  # a residual add folded in (quantize.fold_add)
+        residual = rqb.op.input_tensors[-1]
+        if "add_shift" not in attrs or tuple(residual.shape) != tuple(rqb.shape):
+            return False  # a residual read NCHW
+        add = {k: attrs["add_" + k] for k in (*ADD_KEYS, "i32")}
+        res = residual.dtype
+        if add["out_dtype"] != out.dtype:
+            return False
     intrin = requant_intrin(
-        out.shape[-1], out.dtype, int(attrs["y_zp"]), ctx.target, requantize_mulhi
-    )
+        out.shape[-1], attrs["out_dtype"], int(attrs["y_zp"]), ctx.target, requantize_mulhi,
+        add, res, _qadd,
+    )  # fmt: skip
     if intrin is None:
         return False
     sch[rqb].compute_inline()
