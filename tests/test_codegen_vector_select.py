@@ -1,9 +1,9 @@
 """Vectorized loops whose select has the same condition for every lane (a padding guard)
 become vector code: an if/else whose taken branch alone loads, compared with numpy. A
-select deciding each lane by comparing float data of its own type, and binary min/max on
-float data, become a compare mask and a bitwise blend, with the scalar helpers' NaN
-semantics; a select whose condition varies across the lanes otherwise (an index
-comparison) keeps the scalar fallback."""
+select deciding each lane by comparing data of its own type, and binary min/max, become
+a compare mask and a bitwise blend, with the scalar helpers' NaN semantics on floats; a
+select whose condition varies across the lanes otherwise (an index comparison) keeps the
+scalar fallback."""
 
 from __future__ import annotations
 
@@ -282,6 +282,41 @@ def test_min_max_with_a_constant(dtype, lanes):
     _assert_same_bits(scalar, want)
     assert np.isnan(got).sum() == np.isnan(x).sum() > 0
     _assert_blended(src, dtype, lanes, masks=2)
+
+
+INTS = [("uint8", 8), ("int8", 4), ("uint16", 4), ("int32", 2), ("uint8", 16), ("int32", 8)]
+
+
+@pytest.mark.parametrize("dtype,lanes", INTS)
+def test_integer_max_min_and_select_are_blends(dtype, lanes):
+    """Integer data (an int8 max pool's running max, a clamp): max, min and a per-lane
+    select in a vector narrower than 16 bytes become compare masks and blends, unsigned
+    types compared as unsigned, the type's extremes included; wider ones stay the scalar
+    loop that GCC vectorizes with the ISA's own max and min."""
+    info = np.iinfo(dtype)
+    edge = [info.min, info.min + 1, -1 if info.min else 1, 0, 1, info.max - 1, info.max]
+    a = np.repeat(np.array(edge, dtype), len(edge))
+    b = np.tile(np.array(edge, dtype), len(edge))
+    extra = -(a.size) % lanes + 3 * lanes
+    a = np.concatenate([a, rng.integers(info.min, info.max, extra, dtype, True)])
+    b = np.concatenate([b, rng.integers(info.min, info.max, extra, dtype, True)])
+    a, b = a.reshape(-1, lanes), b.reshape(-1, lanes)
+    cases = {
+        "max": (lambda u, v, i, c: te.max_(u, v), np.maximum(a, b), 1),
+        "min": (lambda u, v, i, c: te.min_(u, v), np.minimum(a, b), 1),
+        "sel": (lambda u, v, i, c: te.select(u < v, v, u), np.where(a < b, b, a), 1),
+    }
+    for name, (f, want, masks) in cases.items():
+        got, scalar, src = _run_both(f, dtype, lanes, [a, b], f"k_i{name}")
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(scalar, want)
+        if lanes * np.dtype(dtype).itemsize >= 16:
+            assert "lanes */" not in src and "#pragma GCC ivdep" in src
+            continue
+        assert f"/* o_i1: {lanes} lanes */" in src and "#pragma GCC ivdep" not in src
+        assert len(re.findall(r"\) & ~pk_t\d+\)", src)) == masks
+        assert "pk_max_" not in src and "pk_min_" not in src
+        assert "!=" not in src  # no NaN test on integers
 
 
 def _index_select(u, v, i, c):

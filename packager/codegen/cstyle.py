@@ -62,7 +62,7 @@ What every C-like language shares (the semantics the IR asks for):
 * vectorized loops whose body is a plain store of contiguous/invariant loads, + - * /
   and selects whose condition is the same for every lane (padding guards: an if/else,
   so only the taken branch loads) become vector code; a select comparing float data
-  lane by lane and float min/max become a compare mask and a ``bitcast`` blend; other
+  lane by lane and min/max become a compare mask and a ``bitcast`` blend; other
   bodies fall back to a scalar loop (with ``ivdep_pragma`` only when no stored buffer
   is read at another index);
 * kernel arguments are ``restrict`` except those in ``PrimFunc.may_alias`` (an output
@@ -172,7 +172,22 @@ _MATH = {
     "nearbyint",
 }
 _RENAME = {"round": "nearbyint", "abs": "fabs"}  # round: half to even (default mode)
-_MASK_INT = {"float32": "int32", "float64": "int64"}  # a float vector's compare mask
+# a vector's compare mask: the signed integer of its lanes' width
+_MASK_INT = {"float32": "int32", "float64": "int64"}
+_MASK_INT.update({f"{s}int{b}": f"int{b}" for s in ("", "u") for b in (8, 16, 32, 64)})
+# Integer min/max/select lanes are blended only in a vector narrower than this: wider
+# loops GCC vectorizes on its own with the ISA's max/min (vpmaxub: one instruction, the
+# blend is three), narrower ones it leaves scalar (an 8-lane uint8 max pool: 11x slower).
+_INT_BLEND_BYTES = 16
+
+
+def _blends(dtype: str, lanes: int) -> bool:
+    """Whether a select or min/max on ``dtype`` lanes becomes a compare mask and a blend."""
+    if dtype in FLOATS:
+        return dtype in _MASK_INT
+    return dtype in _MASK_INT and lanes * SIZE[dtype] < _INT_BLEND_BYTES
+
+
 _VEC_OPS = ("+", "-", "*", "/")
 
 # exp of a float32 vector (see _Printer._vector_exp): x = n ln2 + r, |r| <= ln2/2, with n
@@ -691,14 +706,15 @@ class _Printer:
         raise ValueError(f"unknown binary op {op}")
 
     def _vector_minmax(self, op: str, dt: str, a: str, b: str) -> str:
-        """Lane-wise pk_max/pk_min (a NaN operand ``a`` wins, as in the scalar helper) as
+        """Lane-wise pk_max/pk_min (a float NaN operand ``a`` wins, as in the scalar helper) as
         a compare mask and a bitwise blend, inline: no helper takes vectors by value."""
         lanes = self.vec[1]
         vt = self.r.mod.vec(dt, lanes)
         it = self.r.mod.vec(_MASK_INT[dt], lanes)
         a, b = (x if _is_temp(x) else self.r.temp(vt, x) for x in (a, b))
         cmp = ">" if op == "max" else "<"
-        m = self.r.temp(it, f"({a} {cmp} {b}) | ({a} != {a})")
+        nan = f" | ({a} != {a})" if dt in FLOATS else ""
+        m = self.r.temp(it, f"({a} {cmp} {b}){nan}")
         return self._mask_blend(vt, it, m, a, b)
 
     def _vector_exp(self, arg: Expr) -> str:
@@ -910,9 +926,10 @@ def _guarded_load(e: Select) -> bool:
 
 
 def _lane_compare(e: Select) -> bool:
-    """A select each lane decides for itself by comparing float data of the select's own
-    type: both sides are computed and blended by the mask, so the condition must not
-    guard a load (index comparisons, the padding guards, are never of this kind)."""
+    """A select each lane decides for itself by comparing data of the select's own type
+    (float or integer): both sides are computed and blended by the mask, so the condition
+    must not guard a load (index comparisons, the padding guards, are never of this
+    kind)."""
     c = e.cond
     return (
         isinstance(c, Binary)
@@ -950,7 +967,7 @@ def _stride_one(index: Expr, var: Var, simp: Simplifier) -> bool:
 
 def _vector_expr(e: Expr, s: For, simp: Simplifier) -> bool:
     """Lane-varying nodes must be + - * / (ints: + - *) or stride-1 loads."""
-    lanes_dt = None
+    lanes_dt, lanes = None, int(s.extent.value)
     stack, seen = [e], set()
     while stack:
         n = stack.pop()
@@ -970,10 +987,10 @@ def _vector_expr(e: Expr, s: For, simp: Simplifier) -> bool:
         if isinstance(n, Select) and not _mentions(n.cond, s.var):
             stack.extend((n.t, n.f))  # one branch for all lanes (see _vector_select)
             continue
-        if isinstance(n, Select) and _lane_compare(n):
+        if isinstance(n, Select) and _lane_compare(n) and _blends(n.dtype, lanes):
             stack.extend((n.cond.a, n.cond.b, n.t, n.f))  # a blend (see _blend)
             continue
-        if isinstance(n, Binary) and n.op in ("min", "max") and n.dtype in _MASK_INT:
+        if isinstance(n, Binary) and n.op in ("min", "max") and _blends(n.dtype, lanes):
             stack.extend((n.a, n.b))
             continue
         if isinstance(n, Call) and n.func == "exp" and n.dtype == "float32":
