@@ -448,6 +448,8 @@ class Renderer(StmtVisitor):
         if s.kind == "unrolled" and self.lang.unroll_pragma:
             n = s.extent.value if isinstance(s.extent, Const) else 8
             self.emit(self.lang.unroll_pragma.format(n=n))
+        if s.kind == "rolled" and self.lang.unroll_pragma:
+            self.emit(self.lang.unroll_pragma.format(n=1))
         if s.kind == "vectorized" and self.lang.ivdep_pragma and _no_carried_dependence(s):
             self.emit(self.lang.ivdep_pragma)
         self.emit(f"for ({self.ctype(INDEX)} {v} = {lo}; {v} < {end}; ++{v}) {{")

@@ -606,7 +606,11 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     t_ow = cfg.define_split("qtile_ow", cols, ow_def, most=32)
     order = cfg.define("qreduce_order", ("rcb_k", "k_rcb"), "rcb_k")
     pairs = acc.op.reduce_axis[-1].extent == 2  # int16 weight pairs (quantize.py)
-    intrin = pair_intrin(lanes, ctx.target) if pairs else dot4_intrin(x.dtype, lanes, ctx.target)
+    taps = acc.op.reduce_axis[1].extent * acc.op.reduce_axis[2].extent > 1
+    if pairs:
+        intrin = pair_intrin(lanes, ctx.target, taps)
+    else:
+        intrin = dot4_intrin(x.dtype, lanes, ctx.target)
 
     sch = te.create_schedule(ctx.outs)
     rqb = find_tagged(out, "requantize_blocked")
@@ -623,6 +627,9 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     st.reorder(an, aoh, *red, ob, aow, oi, rci)
     st.unroll(ob)
     st.unroll(aow)
+    if pairs and ctx.target.vector_bits < 512:  # 16 vector registers
+        for iv in (rk0, rk1):  # GCC unrolls the taps, interleaves them and spills the tile
+            st.keep_rolled(iv)
     st.tensorize(oi, intrin)
     _epilogue_at(ctx, sch, rqb, st_out, owo)
     return sch

@@ -15,7 +15,9 @@ from .expr import INDEX, Expr, Var
 
 # serial | parallel (CPU threads) | vectorized | unrolled | thread_binding (GPU axes) |
 # virtual_thread (interleaved copies of the body with their own buffers: accelerators)
-FOR_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_binding", "virtual_thread")
+FOR_KINDS = (
+    "serial", "parallel", "vectorized", "unrolled", "rolled", "thread_binding", "virtual_thread"
+)  # fmt: skip
 # global: kernel arguments / heap; local: private to a thread; shared: GPU workgroup;
 # accel.*: the accelerator's on-chip buffers (docs/accel.md)
 SCOPES = ("global", "local", "shared", "accel.inp", "accel.wgt", "accel.acc")

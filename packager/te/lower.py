@@ -385,10 +385,10 @@ class _Finish(StmtMutator):
         body = self.visit(s.body)
         if body is None:
             return None
-        if _is_one(s.extent) and s.kind in ("serial", "unrolled", "vectorized"):
+        if _is_one(s.extent) and s.kind in ("serial", "rolled", "unrolled", "vectorized"):
             return body  # the simplifier already replaced its variable by 0
         extent = self.simp(s.extent)
-        if s.kind == "serial" and _is_zero(s.min):
+        if s.kind in ("serial", "rolled") and _is_zero(s.min):
             extent, body = _bound_from_guard(s.var, extent, body, self.simp)
         return For(s.var, self.simp(s.min), extent, s.kind, body, s.thread_tag)
 

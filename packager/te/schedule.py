@@ -146,6 +146,12 @@ class Stage:
     def unroll(self, iv: IterVar) -> None:
         self._annotate(iv, "unrolled")
 
+    def keep_rolled(self, iv: IterVar) -> None:
+        """A serial loop the compiler is asked not to unroll (``#pragma GCC unroll 1``):
+        a register tile's short reduction loops, whose unrolling multiplies the values
+        live at once past the registers the ISA has."""
+        self._annotate(iv, "rolled")
+
     def parallel(self, iv: IterVar) -> None:
         if iv.kind == "reduce":
             raise ValueError("parallel on a reduction axis would race on the output")

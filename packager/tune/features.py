@@ -52,7 +52,7 @@ def _loops(fors) -> list[Loop]:
             hi = Bounds(ranges)(f.extent)[1]
             n = max(int(hi), 1) if hi is not None else 1
         ranges[f.var] = (0, n - 1)
-        out.append(Loop(f.var, n, f.kind))
+        out.append(Loop(f.var, n, "serial" if f.kind == "rolled" else f.kind))
     return out
 
 

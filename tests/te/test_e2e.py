@@ -1,5 +1,6 @@
 """End to end: schedule -> lower -> C -> compile -> run, compared with numpy."""
 
+import re
 import shutil
 import subprocess
 
@@ -100,6 +101,23 @@ def test_non_dividing_split_fuse_unroll():
     (b,), src = run(s, [A, B], "k_fuse", [a])
     np.testing.assert_array_equal(b, a + 3)
     assert "#pragma GCC unroll 8" in src
+
+
+def test_keep_rolled_reduction_loop():
+    """A reduction loop kept rolled carries ``#pragma GCC unroll 1``; a rolled loop of
+    extent 1 disappears like a serial one; the sums are unchanged."""
+    A = te.placeholder((6, 9), name="A")
+    k = te.reduce_axis(9, "k")
+    one = te.reduce_axis(1, "one")
+    B = te.compute((6,), lambda i: te.sum(A[i, k + one], [k, one]), name="B")
+    s = te.create_schedule(B)
+    s[B].keep_rolled(k)
+    s[B].keep_rolled(one)
+    a = rng.standard_normal((6, 9), "float32")
+    (b,), src = run(s, [A, B], "k_rolled", [a])
+    np.testing.assert_allclose(b, a.sum(1), rtol=1e-5)
+    assert src.count("#pragma GCC unroll 1\n") == 1
+    assert re.search(r"#pragma GCC unroll 1\n\s*for \(int64_t k = 0; k < 9;", src)
 
 
 def test_tile_and_nparts():
