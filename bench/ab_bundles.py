@@ -1,0 +1,68 @@
+"""Two builds of one model, kernel by kernel: alternate `packager bench --profile` on
+bundle A and bundle B for some rounds (one thread), keep each kernel's lowest median
+over the rounds (a shared machine's neighbours only ever add time), and print the sums
+and the kernels that cost most in A with their B/A ratios.
+
+    python bench/ab_bundles.py out/before out/after --board host-avx2 --rounds 6
+
+Build A and B from the same model (kernel names match) with the change between them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+ROW = re.compile(r"^(k_\S+)\s+\S+\s+(\d+)\s+([0-9.]+)\s")
+
+
+def profile(bundle: str, board: str, repeat: int) -> tuple[dict[str, float], float]:
+    """Per-kernel medians (ms) and the whole run's median of one `bench --profile`."""
+    cmd = [shutil.which("packager") or "packager", "bench", bundle, "--board", board]
+    cmd += ["--repeat", str(repeat), "--profile"]
+    env = dict(os.environ, PACKAGER_NUM_THREADS="1")
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+    kernels, total = {}, float("nan")
+    for line in out.splitlines():
+        m = ROW.match(line)
+        if m:
+            kernels[m.group(1)] = float(m.group(3))
+        elif line.startswith("{"):
+            total = json.loads(line)["median_ms"]
+    return kernels, total
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("a")
+    ap.add_argument("b")
+    ap.add_argument("--board", default="host")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--top", type=int, default=8)
+    args = ap.parse_args(argv)
+    best: dict[str, dict[str, float]] = {args.a: {}, args.b: {}}
+    totals: dict[str, list[float]] = {args.a: [], args.b: []}
+    for _ in range(args.rounds):
+        for bundle in (args.a, args.b):
+            kernels, total = profile(bundle, args.board, args.repeat)
+            totals[bundle].append(total)
+            for k, ms in kernels.items():
+                best[bundle][k] = min(ms, best[bundle].get(k, ms))
+    sa, sb = (sum(best[x].values()) for x in (args.a, args.b))
+    mid = {x: sorted(t)[len(t) // 2] for x, t in totals.items()}
+    print(f"kernels, sum of lowest medians: A {sa:.3f} ms, B {sb:.3f} ms, B/A {sb / sa:.3f}")
+    print(f"whole runs, median of medians:  A {mid[args.a]:.3f} ms, B {mid[args.b]:.3f} ms")
+    for k in sorted(best[args.a], key=lambda k: -best[args.a][k])[: args.top]:
+        a, b = best[args.a][k], best[args.b].get(k, float("nan"))
+        print(f"  {k:<40} {a:8.4f} {b:8.4f}  {b / a:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
