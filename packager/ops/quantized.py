@@ -546,6 +546,11 @@ ACC_BUDGET = {512: 24, 256: 12, 128: 20}
 # steps; 16 accumulators leave registers for the requantize rows of the tile's blocks
 # (MobileNetV2-style int8 at 512 bits: 2.61 2.70 2.71 -> 2.56 2.65 2.58 ms).
 SHORT_STEPS, SHORT_BUDGET = 8, 16
+# int16 pairs at 256 bits: each step's vpmaddwd needs a register for its products
+# before the add, beside the weights and the broadcast (MobileNetV2-style int8 on AVX2,
+# bench/ab_bundles.py, 6 rounds: 12 -> 9 accumulators, kernels 5.906 -> 5.784 ms;
+# ResNet-18-style 29.53 -> 29.43)
+PAIR_BUDGET_256 = 9
 MAX_OC_TILE = 4
 
 
@@ -598,14 +603,16 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
         return _simple_qconv(ctx)
     cfg, out = ctx.cfg, ctx.outs[0]
     _, blocks, _, cols, lanes = acc.shape
+    pairs = acc.op.reduce_axis[-1].extent == 2  # int16 weight pairs (quantize.py)
     budget = ACC_BUDGET.get(ctx.target.vector_bits, 12)
     if math.prod(int(r.extent) for r in acc.op.reduce_axis[:3]) <= SHORT_STEPS:
         budget = min(budget, SHORT_BUDGET)
+    if pairs and ctx.target.vector_bits == 256:
+        budget = min(budget, PAIR_BUDGET_256)
     oc_def, ow_def = _default_tile(blocks, cols, budget)
     t_oc = cfg.define_split("qtile_oc", blocks, oc_def, most=MAX_OC_TILE)
     t_ow = cfg.define_split("qtile_ow", cols, ow_def, most=32)
     order = cfg.define("qreduce_order", ("rcb_k", "k_rcb"), "rcb_k")
-    pairs = acc.op.reduce_axis[-1].extent == 2  # int16 weight pairs (quantize.py)
     taps = acc.op.reduce_axis[1].extent * acc.op.reduce_axis[2].extent > 1
     if pairs:
         intrin = pair_intrin(lanes, ctx.target, taps)
