@@ -29,6 +29,7 @@ Which one a target gets (``dot4_intrin``), by the activation type and the profil
 from __future__ import annotations
 
 import functools
+import hashlib
 
 from .. import te
 from ..target import CpuTarget
@@ -430,7 +431,7 @@ def _requant_x86(width: int, zp: int, out: str, add: dict | None = None, res: st
     if add is not None:
         sign = "u" if res == "uint8" else "i"
         load_r = "_mm_loadu_si128" if width == 512 else "_mm_loadl_epi64"
-        lo, hi = _TYPE_RANGE[add["out_dtype"]]
+        lo, hi = QRANGE[add["out_dtype"]]
         lines += [
             f"    const __m{width}i rv = {p}_cvtep{sign}8_epi32({load_r}((const void *)r));",
             f"    __m{width}i s = {p}_add_epi32(",
@@ -461,7 +462,14 @@ def _lit(v: int) -> str:
     return "(-2147483647 - 1)" if int(v) == -(2**31) else str(int(v))
 
 
-_TYPE_RANGE = {"uint8": (0, 255), "int8": (-128, 127)}
+# the integer types' ranges (packager/ops/quantized.py saturates to them too)
+QRANGE = {
+    "int8": (-128, 127),
+    "uint8": (0, 255),
+    "int16": (-32768, 32767),
+    "uint16": (0, 65535),
+    "int32": (-(2**31), 2**31 - 1),
+}
 _RQ_ISAS = {  # lanes: (label, guard, header, vector bits, the WIDE pragma's key)
     16: ("vpmuldq zmm", "defined(__AVX512F__)", "immintrin.h", 512, "avx512f"),
     8: ("vpmuldq ymm", "defined(__AVX2__)", "immintrin.h", 256, None),
@@ -517,7 +525,7 @@ def _requant(
     args = ", ".join(f"const int32_t *restrict p{k}" for k in range(6))
     if add is not None:
         name = f"pk_requant_add_{_SHORT[out]}{_SHORT[res]}x{lanes}_{_digest(key, zp)}"
-        lo, hi = _TYPE_RANGE[final]
+        lo, hi = QRANGE[final]
         step += f"""
         int32_t s = (q - {add["a_zp"]}) * {add["a_mult"]}
                     + ((int32_t)r[l] - {add["b_zp"]}) * {add["b_mult"]};
@@ -544,8 +552,6 @@ def _requant(
 
 
 def _digest(key: tuple, zp: int) -> str:
-    import hashlib
-
     return hashlib.sha256(repr((key, zp)).encode()).hexdigest()[:10]
 
 

@@ -37,17 +37,17 @@ import math
 from .. import te
 from ._cpu import fallback, find_tagged, padded_copy_at_root, run_parallel
 from ._window import out_len, reduce_axes, split_pads, window_index
-from .int8_intrin import dot4_intrin, dwdot_intrin, mac_intrin, pair_intrin, requant_intrin
+from .int8_intrin import (
+    QRANGE,
+    dot4_intrin,
+    dwdot_intrin,
+    mac_intrin,
+    pair_intrin,
+    requant_intrin,
+)
 from .pad import pad_tensor
 from .registry import ScheduleContext, register_op, register_schedule
 
-QRANGE = {
-    "int8": (-128, 127),
-    "uint8": (0, 255),
-    "int16": (-32768, 32767),
-    "uint16": (0, 65535),
-    "int32": (-(2**31), 2**31 - 1),
-}
 I32, I64 = "int32", "int64"
 
 
@@ -202,6 +202,12 @@ def requantize_mulhi(acc, prm, y_zp: int):
 ADD_KEYS = ("a_zp", "b_zp", "a_mult", "b_mult", "shift", "lo", "hi", "y_zp", "out_dtype")
 
 
+def add_params(attrs: dict, prefix: str = "") -> dict:
+    """A qadd's parameters (ADD_KEYS and ``i32``) from attrs, ``prefix`` (``add_``: an
+    add folded into a conv) dropped."""
+    return {**{k: attrs[prefix + k] for k in ADD_KEYS}, "i32": bool(attrs.get(prefix + "i32"))}
+
+
 def _qadd(a, b, attrs: dict, prefix: str = ""):
     """The integer add of two quantized tensors (expressions of their values):
     p = (a - a_zp) * a_mult + (b - b_zp) * b_mult, clamped at the activation's bounds
@@ -209,9 +215,9 @@ def _qadd(a, b, attrs: dict, prefix: str = ""):
     are a_scale / y_scale and b_scale / y_scale times 2^shift. In int32 lanes where the
     quantize pass chose the shift so that every p and its rounding fit (attr ``i32``),
     else in int64."""
-    g = {k: attrs[prefix + k] for k in ADD_KEYS}
+    g = add_params(attrs, prefix)
     lo, hi = QRANGE[g["out_dtype"]]
-    wide = I32 if attrs.get(prefix + "i32") else I64
+    wide = I32 if g["i32"] else I64
 
     def c(v):
         return te.const(int(v), wide)
@@ -689,7 +695,7 @@ def _requant_tensorized(ctx: ScheduleContext, sch: te.Schedule, rqb: te.Tensor, 
         residual = rqb.op.input_tensors[-1]
         if "add_shift" not in attrs or tuple(residual.shape) != tuple(rqb.shape):
             return False  # a residual read NCHW
-        add = {k: attrs["add_" + k] for k in (*ADD_KEYS, "i32")}
+        add = add_params(attrs, "add_")
         res = residual.dtype
         if add["out_dtype"] != out.dtype:
             return False

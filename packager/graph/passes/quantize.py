@@ -28,7 +28,7 @@ from dataclasses import replace
 import numpy as np
 
 from ...boards import load_board
-from ...ops.int8_intrin import dwdot_isa_for, pair_isa_for
+from ...ops.int8_intrin import QRANGE, dwdot_isa_for, pair_isa_for
 from ...target import AccelTarget, CpuTarget, Target
 from ..ir import Graph, Node
 from ..uses import add_const, consumers, producers
@@ -37,7 +37,6 @@ from .place_accel import accel_obstacle
 
 _BIG = 2**62  # no activation bound
 _INT_IN = ("int8", "uint8")
-_QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 
 
 def quantize(graph: Graph, ctx=None) -> Graph:
@@ -407,7 +406,7 @@ def narrow_epilogue(rq: np.ndarray, wabs: np.ndarray, x_dtype: str, residual) ->
     included)."""
     if residual is not None:
         return False
-    xmax = max(abs(v) for v in _QRANGE[x_dtype])
+    xmax = max(abs(v) for v in QRANGE[x_dtype])
     n = len(wabs)
     mult, shift, rnd, bias = (rq[k, :n].tolist() for k in (0, 1, 2, 6))
     for c in range(n):
@@ -421,7 +420,7 @@ def narrow_bounds(rq: np.ndarray, y_zp: int, out: str) -> np.ndarray:
     """rq with rows 7 and 8: the activation's bounds after the shift, plus the zero
     point, within the output type (clamp(clamp(t, a, b), q0, q1) is clamp(t, a', b') with
     a', b' = a, b clamped to [q0, q1], for a <= b)."""
-    q0, q1 = _QRANGE[out]
+    q0, q1 = QRANGE[out]
     rows = np.zeros((2, rq.shape[1]), np.int64)
     for c in range(rq.shape[1]):
         shift, rnd, lo, hi = (int(rq[k, c]) for k in range(1, 5))
@@ -458,13 +457,14 @@ def add_attrs(a, b, yq, act: Node | None, dtype: str) -> dict | None:
     fixed = fixed_point(max(ra, rb))
     if fixed is None:
         return None
-    shift, i32 = fixed[1], False
-    for s in range(min(shift, 30), 0, -1):
-        if 255 * (round(ra * 2**s) + round(rb * 2**s)) + 2 ** (s - 1) < 2**31:
-            shift, i32 = s, s >= 20
-            break
-    if not i32:
-        shift = fixed[1]
+    fits = (
+        s
+        for s in range(min(fixed[1], 30), 0, -1)
+        if 255 * (round(ra * 2**s) + round(rb * 2**s)) + 2 ** (s - 1) < 2**31
+    )
+    s = next(fits, 0)
+    i32 = s >= 20
+    shift = s if i32 else fixed[1]
     lo, hi = _act_bounds(act, yq[0], shift)
     if i32:
         lo, hi = max(lo, -(2**31)), min(hi, 2**31 - 1)
