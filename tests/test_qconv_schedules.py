@@ -215,10 +215,32 @@ def test_int16_pairs_are_bit_exact_with_one_vpmaddwd_a_step(
     # ymm with taps: straight from memory (see int8_intrin._pair_x86)
     bcast = "vbroadcastss" if reg == "ymm" and k > 1 else "vpbroadcastd"
     assert re.search(rf"vpmaddwd\s+.*%{reg}", asm) and re.search(rf"{bcast}\s+.*%{reg}", asm)
+    if reg == "ymm" and k > 1:  # and never from a register (GCC's predictive commoning)
+        assert 'optimize("no-predictive-commoning")' in src
+        assert not re.search(r"vbroadcastss\s+%xmm", asm)
     # 16 registers (ymm): the tap loops stay rolled (GCC would unroll and spill them)
     assert src.count("#pragma GCC unroll 1\n") == (2 if reg == "ymm" and k > 1 else 0)
     flags = (*HOST_FLAGS, f"-mno-{need}")
     np.testing.assert_array_equal(run_host(pairs, battrs, target, flags), want)
+
+
+@pytest.mark.parametrize("k,tile", [(3, (4, 2)), (1, (2, 4))])
+def test_avx2_pair_tiles_of_kxk_convs_take_more_channel_blocks(k, tile):
+    """At 256 bits a pair tile holds 8 accumulators: a k x k conv's takes 4 blocks of
+    output channels x 2 columns, a 1x1 conv's 2 x 4 (quantized.PAIR_BUDGET_256)."""
+    inputs, attrs = qconv_case("uint8", 8, c=8, oc=32, hw=8, k=k)
+    attrs["pads"] = [k // 2] * 4
+    x, w, rq = inputs
+    pairs = [_blocked(x, 8, 0), _as_pairs(w), rq]
+    battrs = attrs | {"c": x.shape[1]}
+    target = CpuTarget(vector_bits=256, features=("avx2", "fma"))
+    src = codegen_c(qconv_func(pairs, battrs, target)[0])
+    loops = re.findall(r"#pragma GCC unroll (\d+)\s+for \(int64_t qconv_acc_i([13]) ", src)
+    assert sorted({(i, int(n)) for n, i in loops}) == [("1", tile[0]), ("3", tile[1])]
+    if "avx2" in _cpu_flags():
+        np.testing.assert_array_equal(
+            run_host(pairs, battrs, target), run_host(inputs, attrs, None)
+        )
 
 
 @pytest.mark.parametrize(

@@ -557,12 +557,20 @@ SHORT_STEPS, SHORT_BUDGET = 8, 16
 # bench/ab_bundles.py, 6 rounds: 12 -> 9 accumulators, kernels 5.906 -> 5.784 ms;
 # ResNet-18-style 29.53 -> 29.43)
 PAIR_BUDGET_256 = 9
+# ... and of two tiles as large, a k x k conv's takes more output-channel blocks and
+# fewer columns: 4 x 2 over 2 x 4 (ResNet-18-style int8 on AVX2, bench/ab_bundles.py, 4
+# rounds: its 3x3 convs at 56x56 and 28x28 0.83-0.89 of before, the stem 0.90, all
+# kernels 27.5 -> 25.4 ms); a short 1x1 reduction keeps the columns (MobileNetV2's
+# 16-channel expansion ran 1.10 of before with more blocks)
 MAX_OC_TILE = 4
 
 
-def _default_tile(blocks: int, cols: int, budget: int) -> tuple[int, int]:
+def _default_tile(
+    blocks: int, cols: int, budget: int, more_blocks: bool = False
+) -> tuple[int, int]:
     """(output-channel blocks, output columns) of the largest tile within ``budget``;
-    among equals the one loading least per step (blocks of weights + broadcasts)."""
+    among equals the one loading least per step (blocks of weights + broadcasts), then
+    the one with more columns (``more_blocks``: more blocks)."""
     tiles = [
         (b, c)
         for b in range(1, min(blocks, MAX_OC_TILE) + 1)
@@ -570,7 +578,7 @@ def _default_tile(blocks: int, cols: int, budget: int) -> tuple[int, int]:
         for c in range(1, min(cols, budget) + 1)
         if cols % c == 0 and b * c <= budget
     ]
-    return max(tiles, key=lambda t: (t[0] * t[1], -(t[0] + t[1]), t[1]))
+    return max(tiles, key=lambda t: (t[0] * t[1], -(t[0] + t[1]), t[0] if more_blocks else t[1]))
 
 
 def _tensorizable(ctx: ScheduleContext, acc: te.Tensor, x: te.Tensor) -> bool:
@@ -613,13 +621,14 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     budget = ACC_BUDGET.get(ctx.target.vector_bits, 12)
     if math.prod(int(r.extent) for r in acc.op.reduce_axis[:3]) <= SHORT_STEPS:
         budget = min(budget, SHORT_BUDGET)
-    if pairs and ctx.target.vector_bits == 256:
+    taps = acc.op.reduce_axis[1].extent * acc.op.reduce_axis[2].extent > 1
+    pairs256 = pairs and ctx.target.vector_bits == 256
+    if pairs256:
         budget = min(budget, PAIR_BUDGET_256)
-    oc_def, ow_def = _default_tile(blocks, cols, budget)
+    oc_def, ow_def = _default_tile(blocks, cols, budget, pairs256 and taps)
     t_oc = cfg.define_split("qtile_oc", blocks, oc_def, most=MAX_OC_TILE)
     t_ow = cfg.define_split("qtile_ow", cols, ow_def, most=32)
     order = cfg.define("qreduce_order", ("rcb_k", "k_rcb"), "rcb_k")
-    taps = acc.op.reduce_axis[1].extent * acc.op.reduce_axis[2].extent > 1
     if pairs:
         intrin = pair_intrin(lanes, ctx.target, taps)
     else:
