@@ -22,6 +22,7 @@ from packager.graph.passes.quantize import (
     narrow_epilogue,
     pack_conv_int8,
     pack_dw_int8,
+    pack_rows_int8,
     quantize,
 )
 from packager.graph.pipeline import PassContext
@@ -349,11 +350,11 @@ def test_blocked_input_and_output_give_the_nchw_bytes(kind, k, pads, out_block):
         assert "qconv_pad" not in src, "a padded copy where the block is read in place"
 
 
-def _qdq_conv(c: int, groups: int = 1, act: str = "uint8") -> onnx.ModelProto:
-    """Q -> DQ -> Conv 3x3 (8 output channels, ``groups``) -> Q -> DQ, ``act``
-    activations, on a (1, c, 8, 8) input."""
+def _qdq_conv(c: int, groups: int = 1, act: str = "uint8", k: int = 3) -> onnx.ModelProto:
+    """Q -> DQ -> Conv k x k (8 output channels, ``groups``, same padding) -> Q -> DQ,
+    ``act`` activations, on a (1, c, 8, 8) input."""
     rng = np.random.default_rng(0)
-    w = rng.integers(-127, 128, (8, c // groups, 3, 3)).astype(np.int8)
+    w = rng.integers(-127, 128, (8, c // groups, k, k)).astype(np.int8)
     zp = np.uint8(128) if act == "uint8" else np.int8(0)
     inits = [
         numpy_helper.from_array(w, "w"),
@@ -366,7 +367,7 @@ def _qdq_conv(c: int, groups: int = 1, act: str = "uint8") -> onnx.ModelProto:
         helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
         helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
         helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
-        helper.make_node("Conv", ["xd", "wd"], ["y"], pads=[1, 1, 1, 1], group=groups),
+        helper.make_node("Conv", ["xd", "wd"], ["y"], pads=[k // 2] * 4, group=groups),
         helper.make_node("QuantizeLinear", ["y", "s", "z"], ["yq"]),
         helper.make_node("DequantizeLinear", ["yq", "s", "z"], ["out"]),
     ]
@@ -386,6 +387,86 @@ def test_three_channel_stem_packs_its_channels_in_quads():
     w = graph.values[node.inputs[1]].data
     assert w.shape[1] == 1 and w.shape[-1] == 4  # one quad, its 4th channel zero
     assert not w[..., 3].any()
+
+
+VNNI = ("avx2", "avx512f", "avx512bw", "avx512_vnni")
+
+
+@pytest.mark.parametrize(
+    "board,feats,act,k,step",
+    [
+        ("host", VNNI, "uint8", 7, 4),  # a row: 21 products in 6 quads, not 7
+        ("host", VNNI, "uint8", 3, None),  # 9 products: 3 quads either way
+        ("host", ("avx2", "fma"), "uint8", 3, 2),  # 5 pairs, not 6
+        ("rpi4", ("asimd",), "int8", 7, 4),
+    ],
+)
+def test_a_stem_packs_its_kernel_rows_where_that_takes_fewer_steps(board, feats, act, k, step):
+    b = load_board(board)
+    b = replace(b, features=feats, vector_bits=512 if "avx512f" in feats else b.vector_bits)
+    graph = quantize(import_onnx("s.onnx", model=_qdq_conv(3, act=act, k=k)), PassContext(board=b))
+    (conv,) = [n for n in graph.nodes if n.op == "qconv2d"]
+    w = graph.values[conv.inputs[1]].data
+    if step is None:
+        assert "row_taps" not in conv.attrs and w.shape[1:4] == (1, k, k)
+        return
+    assert conv.attrs["row_taps"] == k
+    lanes = w.shape[4]
+    assert w.shape == (-(-8 // lanes), 1, k, -(-3 * k // step), lanes, step)
+    real = numpy_helper.to_array(_qdq_conv(3, act=act, k=k).graph.initializer[0])
+    for ob, kh, j, lane, kk in np.ndindex(w.shape[0], k, w.shape[3], lanes, step):
+        t, o = step * j + kk, ob * lanes + lane  # product t of the row: tap t // 3, channel t % 3
+        want = real[o, t % 3, kh, t // 3] if o < 8 and t < 3 * k else 0
+        assert w[ob, 0, kh, j, lane, kk] == want
+
+
+def _stem_case(act: str, lanes: int, k: int, stride: int, step: int):
+    """A 3-channel k x k stem as the channel-padded conv (quads, NCHW input) and as the
+    row-packed one (blocked input of 4 lanes, as the graph passes it): inputs, attrs."""
+    inputs, attrs = qconv_case(act, lanes, c=3, oc=20, hw=15, k=k, stride=stride)
+    attrs["pads"] = [k // 2] * 4
+    x, w4, rq = inputs
+    nb = w4.shape[0]
+    full = w4.transpose(0, 4, 1, 5, 2, 3).reshape(nb * lanes, 4, k, k)[:20, :3]
+    rows = pack_rows_int8(full, lanes, step)
+    rows = rows.astype(np.int16) if step == 2 else rows
+    std = [x, pack_conv_int8(full, lanes, 4), rq]
+    return std, attrs, [_blocked(x, 4, 0), rows, rq], attrs | {"c": 3, "row_taps": k}
+
+
+STEMS = [  # act, lanes, k, stride, step, the host's need, features
+    ("uint8", 16, 7, 2, 4, "avx512_vnni", VNNI),
+    ("uint8", 8, 3, 2, 2, "avx2", ("avx2", "fma")),
+    ("int8", 8, 7, 2, 2, "avx2", ("avx2", "fma")),
+    ("uint8", 4, 5, 1, 4, None, ()),
+]
+
+
+@pytest.mark.parametrize("act,lanes,k,stride,step,need,feats", STEMS)
+def test_row_packed_stem_gives_the_channel_padded_convs_bytes(
+    act, lanes, k, stride, step, need, feats
+):
+    """A row's KW x 3 products in consecutive steps of the conv's own intrinsic: the
+    bytes of the conv that pads the channels to a quad at every tap."""
+    std, attrs, rows, rattrs = _stem_case(act, lanes, k, stride, step)
+    want = run_host(std, attrs, None)
+    assert len(np.unique(want)) > 3
+    target = CpuTarget(vector_bits=32 * lanes, features=feats)
+    src = codegen_c(qconv_func(rows, rattrs, target)[0])
+    if need:
+        assert re.search(r"pk_(dot4|pair)_\w+\(&qconv_acc\[[^\]]*\], &qconv_pad\[", src)
+    np.testing.assert_array_equal(run_host(rows, rattrs, None), want)
+    if need is None or need in _cpu_flags():
+        np.testing.assert_array_equal(run_host(rows, rattrs, target), want)
+
+
+def test_row_packed_stem_runs_on_arm_under_qemu(tmp_path):
+    """Raspberry Pi 4 (no dot product): the widening body over a 7x7 stem's rows, run
+    under qemu-aarch64, gives the channel-padded conv's bytes."""
+    std, attrs, rows, rattrs = _stem_case("int8", 4, 7, 2, 4)
+    asm, got = cross_run("rpi4", rows, rattrs, tmp_path)
+    assert re.search(r"\bsmull2?\s+v\d+\.", asm)
+    np.testing.assert_array_equal(got, run_host(std, attrs, None))
 
 
 def _with_bounds(case, lo, hi):

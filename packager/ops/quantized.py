@@ -293,8 +293,8 @@ def qconv2d(inputs, attrs):
     """
     x, w, rq = inputs[:3]
     residual = inputs[3] if len(inputs) > 3 else None
-    if attrs.get("dw_taps"):
-        acc = _dw_quads_acc(x, w, attrs)
+    if attrs.get("dw_taps") or attrs.get("row_taps"):
+        acc = (_dw_quads_acc if attrs.get("dw_taps") else _row_packed_acc)(x, w, attrs)
         return _requantized(acc, rq, residual, attrs, x.shape[0], int(attrs["oc"]))
     groups = int(attrs.get("groups", 1))
     oc = int(attrs["oc"])
@@ -448,6 +448,62 @@ def _dw_quads_acc(x: te.Tensor, w: te.Tensor, attrs: dict) -> te.Tensor:
             "dw_quads": True,
         },
     )
+
+
+def _row_packed_acc(x: te.Tensor, w: te.Tensor, attrs: dict) -> te.Tensor:
+    """The accumulator of a full conv whose weights hold each kernel row's KW x C taps
+    side by side in steps (attr ``row_taps``: the real KW; w (OC'/L, 1, KH, J, L, K),
+    quantize.pack_rows_int8): acc[n, ob, oh, ow, l] = sum over kh, step j, k < K of
+    xr[ih, ow * stride * C + K*j + k] * w[ob, 0, kh, j, l, k], where xr is the padded
+    input with a row's pixels' channels side by side (_pad_rows), so a step's K
+    activations are consecutive: the conv's own dot-product intrinsic, on C*KW
+    products a row instead of ceil(C/K)*K*KW (a 3-channel stem)."""
+    nb, _, kh, nj, lanes, k = w.shape
+    strides, dilations, before, after, spatial, c = _geometry(x, attrs, kh, int(attrs["row_taps"]))
+    reach = (spatial[1] - 1) * strides[1] * c + nj * k
+    wide = "int16" if w.dtype == "int16" else ""
+    xr = _pad_rows(x, c, before, after, reach, int(attrs["x_zp"]), wide)
+    rcb, rk0 = te.reduce_axis(1, "rcb"), te.reduce_axis(kh, "rk0")
+    rk1, rci = te.reduce_axis(nj, "rk1"), te.reduce_axis(k, "rci")
+
+    def f(n, ob, oh, ow, oi):
+        ih = window_index(oh, rk0, strides[0], dilations[0])
+        a = xr[(n, rcb, ih, ow * (strides[1] * c) + rk1 * k + rci)]
+        prod = _widen(a) * _widen(w[(ob, rcb, rk0, rk1, oi, rci)])
+        return te.sum(prod, [rcb, rk0, rk1, rci])
+
+    return te.compute(
+        [x.shape[0], nb, *spatial, lanes],
+        f,
+        name="qconv_acc",
+        tag="qconv",
+        attrs={
+            "groups": 1,
+            "strides": strides,
+            "dilations": dilations,
+            "depthwise": False,
+            "row_channels": c,
+        },
+    )
+
+
+def _pad_rows(x: te.Tensor, c: int, before, after, reach: int, zp: int, dtype: str = ""):
+    """The padded input (``c`` channels, NCHW or blocked) with each row's pixels'
+    channels side by side, (N, 1, H', W''*C): element j of a row is channel j % C of
+    padded column j // C. The padding, and the columns past it up to ``reach`` (read
+    only against zero weights), read the zero point. ``dtype``: as _pad_in_quads."""
+    dtype = dtype or x.dtype
+    n, h, w = x.shape[0], x.shape[2], x.shape[3]
+    cols = max(w + before[1] + after[1], -(-reach // c))
+
+    def f(b, _, i, j):
+        col, ch = j // c, j % c
+        inside = [i >= before[0], i < before[0] + h, col >= before[1], col < before[1] + w]
+        src = te.cast(dtype, _at(x, b, ch, i - before[0], col - before[1]))
+        return te.select(te.all_of(*inside), src, te.const(zp, dtype))
+
+    shape = (n, 1, h + before[0] + after[0], cols * c)
+    return te.compute(shape, f, name="qconv_pad", tag="pad")
 
 
 def _narrow(blocked: te.Tensor, out: str):
@@ -639,6 +695,9 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     _inline_rest(sch, [t for t in (acc, rqb, pad) if t is not None])
     if pad is not None:  # a copy of whole blocks is vectorized, quads are too short
         padded_copy_at_root(sch[pad], ctx.target.cores > 1, pad.shape[-1] > 4)
+    if acc.op.attrs.get("row_channels"):  # a row's pixels: a column's channels unrolled
+        _, ji = sch[pad].split(sch[pad].op.axis[-1], acc.op.attrs["row_channels"])
+        sch[pad].unroll(ji)
     st_out = sch[out]
     owo = _tile_output(ctx, st_out, t_oc, t_ow, lanes)
     st = sch[acc]

@@ -286,15 +286,19 @@ class _Matcher:
         if bias is None:
             return None
         oc, cg = w.shape[:2]
-        # a full conv's channels pad to whole quads (zero weights; the padded input
-        # reads x_zp there) so even a 3-channel stem runs on the dot-product intrinsic
+        # a full conv's channels pad to whole steps (zero weights; the padded input
+        # reads x_zp there), or, with few channels (a stem), its kernel rows pack
         groups = int(node.attrs.get("groups", 1))
         k4 = 4 if groups == 1 else min(4, cg)
         pairs = groups == 1 and self.int16_pairs(x)
-        packed = pack_conv_int8(w, self.lanes, 2 if pairs else k4)
+        step = 2 if pairs else k4
+        taps = {}
+        if self.row_packed(node, w, step):  # a kernel row's taps and channels, in steps
+            packed, taps = pack_rows_int8(w, self.lanes, step), {"row_taps": w.shape[3]}
+        else:
+            packed = pack_conv_int8(w, self.lanes, step)
         if pairs:  # x86 without a dot product: vpmaddwd of int16 pairs (int8_intrin.py)
             packed = packed.astype(np.int16)
-        taps = {}
         if self.dw_quads(node, x, w):  # 4 taps a dot-product step (int8_intrin.py)
             packed, taps = pack_dw_int8(w, self.lanes), {"dw_taps": w.shape[3]}
         corr = bias - x[2] * w.reshape(oc, -1).astype(np.int64).sum(1)
@@ -317,6 +321,22 @@ class _Matcher:
         ones) multiplies int16 pairs with one vpmaddwd per step."""
         act = self.values[x[0]].dtype
         return self.cpu is not None and pair_isa_for(act, self.lanes, self.cpu) is not None
+
+    def row_packed(self, node: Node, w: np.ndarray, step: int) -> bool:
+        """Whether a full conv with few input channels (a 3-channel stem) reads a kernel
+        row's KW x C taps as one run of consecutive activations, in dot-product steps
+        of ``step``: fewer steps than padding C to whole steps at every tap (a 7x7
+        stem's row: 11 pairs for 14, 6 quads for 7). Not with an accelerator (it packs
+        a stem its own way) nor a dilated row."""
+        oc, cg, kh, kw = w.shape
+        dilations = list(node.attrs.get("dilations") or [1, 1])
+        return (
+            self.accel is None
+            and int(node.attrs.get("groups", 1)) == 1
+            and cg % step != 0
+            and dilations[-1] == 1
+            and -(-cg * kw // step) < -(-cg // step) * kw
+        )
 
     def dw_quads(self, node: Node, x, w: np.ndarray) -> bool:
         """Whether a depthwise conv runs 4 taps per dot-product step on this target: one
@@ -520,6 +540,19 @@ def pack_conv_int8(w: np.ndarray, lanes: int, k4: int) -> np.ndarray:
     full[:oc, :cg] = w
     blocks = full.reshape(ocp // lanes, lanes, cgp // k4, k4, kh, kw)
     return np.ascontiguousarray(blocks.transpose(0, 2, 4, 5, 1, 3))
+
+
+def pack_rows_int8(w: np.ndarray, lanes: int, step: int) -> np.ndarray:
+    """(OC, C, KH, KW) int8 -> (OC'/L, 1, KH, ceil(KW*C/step), L, step): each kernel
+    row's taps with their channels side by side (index kw*C + c, as the activations of
+    a row of the input lie), in steps, zeros padding OC and the last step:
+    packed[ob, 0, kh, j, l, k] = w[ob*L + l, (step*j + k) % C, kh, (step*j + k) // C]."""
+    oc, c, kh, kw = w.shape
+    ocp, n = -(-oc // lanes) * lanes, -(-kw * c // step) * step
+    full = np.zeros((ocp, kh, n), np.int8)
+    full[:oc, :, : kw * c] = w.transpose(0, 2, 3, 1).reshape(oc, kh, kw * c)
+    blocks = full.reshape(ocp // lanes, lanes, kh, n // step, step)
+    return np.ascontiguousarray(blocks.transpose(0, 2, 3, 1, 4))[:, None]
 
 
 def pack_dw_int8(w: np.ndarray, lanes: int) -> np.ndarray:
