@@ -174,6 +174,9 @@ def test_depthwise_in_quads_of_taps_equals_one_tap_a_step(act, lanes, stride, k,
         np.testing.assert_array_equal(run_host(quads, qattrs, target, flags), want)
 
 
+VNNI = ("avx2", "avx512f", "avx512bw", "avx512_vnni")
+
+
 def _as_pairs(w4: np.ndarray) -> np.ndarray:
     """Quad-packed weights (OC'/L, C'/4, KH, KW, L, 4) as int16 pairs (OC'/L, C'/2, KH,
     KW, L, 2): quantize.pack_conv_int8(w, L, 2) as int16."""
@@ -242,6 +245,20 @@ def test_avx2_pair_tiles_of_kxk_convs_take_more_channel_blocks(k, tile):
         np.testing.assert_array_equal(
             run_host(pairs, battrs, target), run_host(inputs, attrs, None)
         )
+
+
+@pytest.mark.parametrize("hw,tile", [(28, (2, 7)), (4, (4, 4))])
+def test_vnni_tiles_take_seven_columns_where_the_row_has_them(hw, tile):
+    """At 512 bits a quad tile of 4 blocks x 4 columns becomes 2 x 7 on a row of 28
+    (quantized.WIDE_COLS); a row of 4 keeps 4 x 4."""
+    inputs, attrs = qconv_case("uint8", 16, c=16, oc=64, hw=hw, k=3)
+    target = CpuTarget(vector_bits=512, features=VNNI)
+    src = codegen_c(qconv_func(inputs, attrs, target)[0])
+    loops = re.findall(r"#pragma GCC unroll (\d+)\s+for \(int64_t qconv_acc_i([13]) ", src)
+    assert sorted({(i, int(n)) for n, i in loops}) == [("1", tile[0]), ("3", tile[1])]
+    if "avx512_vnni" in _cpu_flags() and hw == 28:
+        got = run_host(inputs, attrs, target)
+        np.testing.assert_array_equal(got, run_host(inputs, attrs, None))
 
 
 @pytest.mark.parametrize(
@@ -387,9 +404,6 @@ def test_three_channel_stem_packs_its_channels_in_quads():
     w = graph.values[node.inputs[1]].data
     assert w.shape[1] == 1 and w.shape[-1] == 4  # one quad, its 4th channel zero
     assert not w[..., 3].any()
-
-
-VNNI = ("avx2", "avx512f", "avx512bw", "avx512_vnni")
 
 
 @pytest.mark.parametrize(

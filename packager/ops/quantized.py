@@ -619,14 +619,22 @@ PAIR_BUDGET_256 = 9
 # kernels 27.5 -> 25.4 ms); a short 1x1 reduction keeps the columns (MobileNetV2's
 # 16-channel expansion ran 1.10 of before with more blocks)
 MAX_OC_TILE = 4
+# 512-bit dot products: a tile of 7 columns or more where the row has them (each
+# weight vector serves that many broadcasts). ResNet-18-style int8 on VNNI
+# (bench/ab_bundles.py, 8 rounds, twice): the 4 x 4 tiles of its rows of 112, 56 and 28
+# columns became 2 x 8 and 2 x 7, those convs 0.82-0.90 of before, all kernels 0.93;
+# 4 x 7 (28 accumulators) gave 0.87-0.95 there but 1.04-1.20 on the 14- and 7-column
+# rows, whose 2 x 7 stays.
+WIDE_COLS = 7
 
 
 def _default_tile(
-    blocks: int, cols: int, budget: int, more_blocks: bool = False
+    blocks: int, cols: int, budget: int, more_blocks: bool = False, min_cols: int = 0
 ) -> tuple[int, int]:
-    """(output-channel blocks, output columns) of the largest tile within ``budget``;
-    among equals the one loading least per step (blocks of weights + broadcasts), then
-    the one with more columns (``more_blocks``: more blocks)."""
+    """(output-channel blocks, output columns) of the largest tile within ``budget``
+    (of those with ``min_cols`` columns or more, where there are such); among equals the
+    one loading least per step (blocks of weights + broadcasts), then the one with more
+    columns (``more_blocks``: more blocks)."""
     tiles = [
         (b, c)
         for b in range(1, min(blocks, MAX_OC_TILE) + 1)
@@ -634,7 +642,15 @@ def _default_tile(
         for c in range(1, min(cols, budget) + 1)
         if cols % c == 0 and b * c <= budget
     ]
-    return max(tiles, key=lambda t: (t[0] * t[1], -(t[0] + t[1]), t[0] if more_blocks else t[1]))
+    return max(
+        tiles,
+        key=lambda t: (
+            t[1] >= min_cols,
+            t[0] * t[1],
+            -(t[0] + t[1]),
+            t[0] if more_blocks else t[1],
+        ),
+    )
 
 
 def _tensorizable(ctx: ScheduleContext, acc: te.Tensor, x: te.Tensor) -> bool:
@@ -681,7 +697,10 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     pairs256 = pairs and ctx.target.vector_bits == 256
     if pairs256:
         budget = min(budget, PAIR_BUDGET_256)
-    oc_def, ow_def = _default_tile(blocks, cols, budget, pairs256 and taps)
+    wide = ctx.target.vector_bits == 512 and not pairs  # vpdpbusd zmm
+    oc_def, ow_def = _default_tile(
+        blocks, cols, budget, pairs256 and taps, WIDE_COLS if wide else 0
+    )
     t_oc = cfg.define_split("qtile_oc", blocks, oc_def, most=MAX_OC_TILE)
     t_ow = cfg.define_split("qtile_ow", cols, ow_def, most=32)
     order = cfg.define("qreduce_order", ("rcb_k", "k_rcb"), "rcb_k")
