@@ -470,6 +470,9 @@ def test_row_packed_stem_gives_the_channel_padded_convs_bytes(
     if need:
         assert re.search(r"pk_(dot4|pair)_\w+\(&qconv_acc\[[^\]]*\], &qconv_pad\[", src)
     np.testing.assert_array_equal(run_host(rows, rattrs, None), want)
+    nchw = [std[0], *rows[1:]]  # the copy reads an NCHW input alike
+    nattrs = {k: v for k, v in rattrs.items() if k != "c"}
+    np.testing.assert_array_equal(run_host(nchw, nattrs, None), want)
     if need is None or need in _cpu_flags():
         np.testing.assert_array_equal(run_host(rows, rattrs, target), want)
 

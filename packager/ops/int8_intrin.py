@@ -183,8 +183,9 @@ def _gcc_pragma(line: str) -> str:
 # pairs in xmm registers, rotates them with moves and broadcasts each from a register:
 # 3 instructions for the one vbroadcastss from memory, in the loop that bounds the
 # conv. ResNet-18-style int8 on AVX2 (bench/ab_bundles.py, 4 rounds): 7x7 convs
-# 2.21 -> 1.87 ms, the stem 3.02 -> 2.47, all kernels 31.0 -> 28.1 ms. The fp32
-# Winograd kernels run 3-5% slower without it, so it stays with this body.
+# 2.13-2.26 -> 1.81-1.93 ms, the stem 2.95 -> 2.33, all kernels 29.4 -> 27.4 ms. The
+# fp32 Winograd kernels ran 3-5% slower with it on the whole bundle, so it stays with
+# this body.
 WIDE = {
     "avx512_vnni": _gcc_pragma('target("prefer-vector-width=512")'),
     "avx2_taps": _gcc_pragma('optimize("no-predictive-commoning")'),

@@ -288,8 +288,10 @@ def qconv2d(inputs, attrs):
     blocked. attrs: strides,
     dilations, pads, groups, oc (real output channels), x_zp, y_zp, out_dtype;
     ``out_block``: the output is the requantized block (N, OC'/L, OH, OW, L)
-    (packager/graph/passes/int8_layout.py). Padding reads x_zp, so a padded tap adds
-    exactly what the bias correction -x_zp * sum(w) took away.
+    (packager/graph/passes/int8_layout.py); ``dw_taps`` (depthwise, a row's taps in
+    quads: _dw_quads_acc) or ``row_taps`` (a stem, a row's taps and channels side by
+    side: _row_packed_acc), each the kernel's real width. Padding reads x_zp, so a padded
+    tap adds exactly what the bias correction -x_zp * sum(w) took away.
     """
     x, w, rq = inputs[:3]
     residual = inputs[3] if len(inputs) > 3 else None
