@@ -1,6 +1,7 @@
 """int8 bundles against our fp32 bundle and ONNX Runtime on the same QDQ model.
 
-For each model (ResNet-18-style, MobileNetV2-style from examples/networks.py): quantize it
+For each model (ResNet-18-style, MobileNetV2-style from examples/networks.py, and the
+torchvision-style exports of examples/torchvision_nets.py): quantize it
 with onnxruntime.quantization.quantize_static (QDQ, per-channel int8 weights, uint8
 activations, calibrated on random inputs), package the fp32 and the QDQ model for the
 host, then alternate rounds of the int8 bundle, the fp32 bundle and ORT running the QDQ
@@ -32,6 +33,9 @@ networks = co.networks
 MODELS = {
     "resnet18": lambda s: networks.resnet(blocks=(2, 2, 2, 2), width=64, size=s, classes=1000),
     "mobilenet_v2": lambda s: networks.mobilenet_v2(width=1.0, size=s, classes=1000),
+    # torchvision's architectures as torch.onnx.export writes them (BN folded)
+    "tv_resnet18": lambda s: co.torchvision_nets.tv_resnet18(size=s),
+    "tv_mobilenet_v2": lambda s: co.torchvision_nets.tv_mobilenet_v2(size=s),
 }
 
 
