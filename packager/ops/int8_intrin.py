@@ -186,11 +186,11 @@ def _gcc_pragma(line: str) -> str:
 # 2.13-2.26 -> 1.81-1.93 ms, the stem 2.95 -> 2.33, all kernels 29.4 -> 27.4 ms. The
 # fp32 Winograd kernels ran 3-5% slower with it on the whole bundle, so it stays with
 # this body.
-WIDE = {
+PRAGMAS = {
     "avx512_vnni": _gcc_pragma('target("prefer-vector-width=512")'),
     "avx2_taps": _gcc_pragma('optimize("no-predictive-commoning")'),
 }
-WIDE["avx512bw"] = WIDE["avx512f"] = WIDE["avx512_vnni"]
+PRAGMAS["avx512bw"] = PRAGMAS["avx512f"] = PRAGMAS["avx512_vnni"]
 
 
 def isa_for(act: str, lanes: int, target: CpuTarget) -> str | None:
@@ -231,7 +231,7 @@ def _c_def(
         return f"{head}\n{scalar}\n}}"
     _, guard, header, body = (isas or _ISAS)[isa]
     return (
-        f"#if {guard}\n#include <{header}>\n{WIDE.get(isa, '')}#endif\n{head}\n#if {guard}\n"
+        f"#if {guard}\n#include <{header}>\n{PRAGMAS.get(isa, '')}#endif\n{head}\n#if {guard}\n"
         f"{body(act, lanes)}\n#else\n{scalar}\n#endif\n}}"
     )
 
@@ -305,7 +305,7 @@ def _mac(act: str, lanes: int, isa: str) -> TensorIntrin:
     label, guard, header, body = _MAC_ISAS[isa]
     scalar = f"""    for (int l = 0; l < {lanes}; ++l) acc[l] += (int32_t)a[l] * (int32_t)w[l];"""
     c_def = (
-        f"#if {guard}\n#include <{header}>\n{WIDE.get(isa, '')}#endif\n"
+        f"#if {guard}\n#include <{header}>\n{PRAGMAS.get(isa, '')}#endif\n"
         f"static inline void {name}(int32_t *restrict acc, const {_CT[act]} *restrict a,\n"
         f"    const int8_t *restrict w) {{\n#if {guard}\n{body(act, lanes)}\n#else\n"
         f"{scalar}\n#endif\n}}"
@@ -484,7 +484,7 @@ QRANGE = {
     "uint16": (0, 65535),
     "int32": (-(2**31), 2**31 - 1),
 }
-_RQ_ISAS = {  # lanes: (label, guard, header, vector bits, the WIDE pragma's key)
+_RQ_ISAS = {  # lanes: (label, guard, header, vector bits, the PRAGMAS key)
     16: ("vpmuldq zmm", "defined(__AVX512F__)", "immintrin.h", 512, "avx512f"),
     8: ("vpmuldq ymm", "defined(__AVX2__)", "immintrin.h", 256, None),
 }
@@ -530,7 +530,7 @@ def _requant(
         return y if add is None else add_expr(y, r[j], add)
 
     final = out if add is None else add["out_dtype"]
-    label, guard, header, width, wide = _RQ_ISAS[lanes]
+    label, guard, header, width, pragma = _RQ_ISAS[lanes]
     name = f"pk_requant_{_SHORT[out]}x{lanes}_zp{zp}".replace("-", "m")
     step = f"""        int32_t h = (int32_t)(((int64_t)(acc[l] + p0[l]) * (int64_t)p1[l]) >> 32);
         int32_t q = ((h + p2[l]) >> p3[l]) + {zp};
@@ -553,7 +553,7 @@ def _requant(
         f"    for (int l = 0; l < {lanes}; ++l) {{\n{step}\n        y[l] = ({_CT[final]})q;\n    }}"
     )
     c_def = (
-        f"#if {guard}\n#include <{header}>\n{WIDE.get(wide, '')}#endif\n"
+        f"#if {guard}\n#include <{header}>\n{PRAGMAS.get(pragma, '')}#endif\n"
         f"static inline void {name}({_CT[final]} *restrict y, const int32_t *restrict acc,\n"
         f"    {args}) {{\n#if {guard}\n{_requant_x86(width, zp, out, add, res)}\n#else\n"
         f"{scalar}\n#endif\n}}"
@@ -590,8 +590,9 @@ def _pair_x86(width: int, from_memory: bool = False):
     int16), so the broadcast is vbroadcastss from memory. For a kernel wider than 1x1 an
     int32 read let GCC keep the pairs of neighbouring taps in general registers and move
     each to a vector (vmovd + vpbroadcastd): 3 instructions a step where AVX2 has 16
-    vector registers. A 1x1 conv has no such reuse and keeps the int32 read (measured
-    3-5% faster there)."""
+    vector registers. The float read alone still left GCC's predictive commoning the
+    same rotation through xmm registers, which the body's pragma (PRAGMAS) turns off.
+    A 1x1 conv has no such reuse and keeps the int32 read (measured 3-5% faster there)."""
     p, si = {512: ("_mm512", "si512"), 256: ("_mm256", "si256")}[width]
     step = width // 32
     if from_memory:

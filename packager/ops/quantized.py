@@ -615,11 +615,6 @@ SHORT_STEPS, SHORT_BUDGET = 8, 16
 # bench/ab_bundles.py, 6 rounds: 12 -> 9 accumulators, kernels 5.906 -> 5.784 ms;
 # ResNet-18-style 29.53 -> 29.43)
 PAIR_BUDGET_256 = 9
-# ... and of two tiles as large, a k x k conv's takes more output-channel blocks and
-# fewer columns: 4 x 2 over 2 x 4 (ResNet-18-style int8 on AVX2, bench/ab_bundles.py, 4
-# rounds: its 3x3 convs at 56x56 and 28x28 0.83-0.89 of before, the stem 0.90, all
-# kernels 27.5 -> 25.4 ms); a short 1x1 reduction keeps the columns (MobileNetV2's
-# 16-channel expansion ran 1.10 of before with more blocks)
 MAX_OC_TILE = 4
 # 512-bit dot products: a tile of 7 columns or more where the row has them (each
 # weight vector serves that many broadcasts). ResNet-18-style int8 on VNNI
@@ -699,9 +694,14 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     pairs256 = pairs and ctx.target.vector_bits == 256
     if pairs256:
         budget = min(budget, PAIR_BUDGET_256)
-    wide = ctx.target.vector_bits == 512 and not pairs  # vpdpbusd zmm
+    # Of two pair tiles as large at 256 bits, a k x k conv's takes more output-channel
+    # blocks and fewer columns: 4 x 2 over 2 x 4 (ResNet-18-style int8 on AVX2,
+    # bench/ab_bundles.py, 4 rounds: its 3x3 convs at 56x56 and 28x28 0.83-0.89 of
+    # before, the stem 0.90, all kernels 27.5 -> 25.4 ms); a short 1x1 reduction keeps
+    # the columns (MobileNetV2's 16-channel expansion ran 1.10 of before with more blocks)
+    zmm_quads = ctx.target.vector_bits == 512 and not pairs  # vpdpbusd zmm
     oc_def, ow_def = _default_tile(
-        blocks, cols, budget, pairs256 and taps, WIDE_COLS if wide else 0
+        blocks, cols, budget, pairs256 and taps, WIDE_COLS if zmm_quads else 0
     )
     t_oc = cfg.define_split("qtile_oc", blocks, oc_def, most=MAX_OC_TILE)
     t_ow = cfg.define_split("qtile_ow", cols, ow_def, most=32)

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 from .expr import INDEX, Expr, Var
 
-# serial | parallel (CPU threads) | vectorized | unrolled | thread_binding (GPU axes) |
-# virtual_thread (interleaved copies of the body with their own buffers: accelerators)
+# serial | parallel (CPU threads) | vectorized | unrolled | rolled (kept a loop: the
+# compiler is told not to unroll it) | thread_binding (GPU axes) | virtual_thread
+# (interleaved copies of the body with their own buffers: accelerators)
 FOR_KINDS = (
     "serial", "parallel", "vectorized", "unrolled", "rolled", "thread_binding", "virtual_thread"
 )  # fmt: skip
