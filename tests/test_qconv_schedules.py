@@ -22,6 +22,7 @@ from packager.graph.passes.quantize import (
     narrow_epilogue,
     pack_conv_int8,
     pack_dw_int8,
+    pack_dw_pairs,
     pack_rows_int8,
     quantize,
 )
@@ -301,31 +302,142 @@ def test_depthwise_in_quads_runs_on_sdot_under_qemu(stride, tmp_path):
     np.testing.assert_array_equal(got, run_host(plain, attrs, None))
 
 
+@pytest.mark.parametrize("stride,kw", [(1, 3), (2, 3), (1, 5), (2, 5)])
+def test_pack_dw_pairs_gives_each_phase_its_taps_in_pairs(stride, kw):
+    """packed[ob, 0, kh, r*S + j, l, k] = w[ob*L + l, 0, kh, 2j + k - stride*r] where
+    that tap exists, else 0: output column 2p + r (stride 1) or p (stride 2) reads
+    input column 2(p + j) + k."""
+    rng = np.random.default_rng(3)
+    w = rng.integers(-128, 128, (11, 1, 2, kw)).astype(np.int8)
+    p = pack_dw_pairs(w, 8, stride)
+    phases = 2 // stride
+    steps = -(-(kw + stride * (phases - 1)) // 2)
+    assert p.dtype == np.int16 and p.shape == (2, 1, 2, phases * steps, 8, 2)
+    for c in range(16):
+        for kh in range(2):
+            for r in range(phases):
+                for j in range(steps):
+                    for k in range(2):
+                        tap = 2 * j + k - stride * r
+                        real = c < 11 and 0 <= tap < kw
+                        want = w[c, 0, kh, tap] if real else 0
+                        assert p[c // 8, 0, kh, r * steps + j, c % 8, k] == want
+
+
+def dw_pairs_case(act: str, k: int, stride: int, hw: int, c: int = 20):
+    """The depthwise conv of ``dw_quads_case`` with its taps one a step and in int16
+    pairs per phase (quantize.pack_dw_pairs, attr ``dw_pairs``), 8 lanes."""
+    plain, _, attrs = dw_quads_case(act, 8, c=c, hw=hw, k=k, stride=stride)
+    nb, _, _, _, lanes, _ = plain[1].shape
+    real = plain[1][..., 0].transpose(0, 4, 2, 3, 1).reshape(nb * lanes, 1, k, k)[:c]
+    return plain, [plain[0], pack_dw_pairs(real, 8, stride), plain[2]], attrs
+
+
+DW_PAIRS = [  # act, kernel, stride, side: rows of whole tiles and rows rounded up
+    ("uint8", 3, 1, 16),
+    ("uint8", 3, 1, 11),  # 11 columns: 6 pairs in tiles of 3
+    ("uint8", 3, 1, 14),  # 7 pairs: 2 tiles of 4, the last column computed, not stored
+    ("int8", 3, 1, 7),
+    ("uint8", 3, 2, 11),
+    ("int8", 3, 2, 16),
+    ("uint8", 5, 1, 9),
+    ("int8", 5, 2, 14),
+]
+
+
+@pytest.mark.parametrize("act,k,stride,hw", DW_PAIRS)
+def test_depthwise_in_column_pairs_equals_one_tap_a_step(act, k, stride, hw):
+    """x86 without a dot product (AVX2): each pair of neighbouring pixels' channels
+    interleaved into int16 pairs once (vpshufb) and multiplied with each phase's tap
+    pairs (vpmaddwd): the one-tap-a-step conv's bytes, with the AVX2 body and with its
+    C loop, whatever the row's tiles."""
+    plain, pairs, attrs = dw_pairs_case(act, k, stride, hw)
+    pattrs = attrs | {"dw_pairs": k}
+    want = run_host(plain, attrs, None)
+    assert (want == -3).any() and (want != -3).any()
+    target = CpuTarget(vector_bits=256, features=("avx2", "fma"))
+    src = codegen_c(qconv_func(pairs, pattrs, target)[0])
+    call = re.search(r"(pk_dwpair_\w+_avx2)\(&qconv_acc\[0\], &qconv_pad\[", src)
+    assert call, "no column-pair call"
+    assert src.count("#pragma GCC unroll 1\n") == 1  # the kernel rows stay rolled
+    np.testing.assert_array_equal(run_host(pairs, pattrs, None), want)
+    if "avx2" not in _cpu_flags():
+        return
+    np.testing.assert_array_equal(run_host(pairs, pattrs, target), want)
+    asm = _host_asm(src)
+    # uint8: one ymm vpshufb interleaves and zero-extends; int8: xmm, then vpmovsxbw
+    build = ("vpshufb", "ymm") if act == "uint8" else ("vpmovsxbw", "ymm")
+    assert re.search(r"vpmaddwd\s+.*%ymm", asm) and re.search(r"{}\s+.*%{}".format(*build), asm)
+    assert not re.search(r"vpmovzxbd|vpmovsxbd", asm), "a widening load per tap"
+    flags = (*HOST_FLAGS, "-mno-avx2")
+    np.testing.assert_array_equal(run_host(pairs, pattrs, target, flags), want)
+
+
+@pytest.mark.parametrize("out_block", [False, True])
+def test_depthwise_pairs_read_a_blocked_input_and_write_the_nchw_bytes(out_block):
+    """Blocked in (junk past C) and blocked or NCHW out, on a row rounded up to whole
+    tiles (14 columns, 2 tiles of 8): the NCHW one-tap-a-step conv's bytes."""
+    if "avx2" not in _cpu_flags():
+        pytest.skip("this machine has no avx2")
+    plain, pairs, attrs = dw_pairs_case("uint8", 3, 1, 14)
+    want = run_host(plain, attrs, None)
+    x = _blocked(pairs[0], 8, 77)
+    battrs = attrs | {"c": pairs[0].shape[1], "out_block": out_block}
+    target = CpuTarget(vector_bits=256, features=("avx2", "fma"))
+    got = run_host([x, *pairs[1:]], battrs | {"dw_pairs": 3}, target)
+    if out_block:
+        want = _blocked(want, 8, 0)
+        got[:, -1, :, :, 20 - 16 :] = 0  # the channels past oc: not compared
+    np.testing.assert_array_equal(got, want)
+
+
+AVX512 = ("avx2", "avx512f", "avx512bw")
+
+
 @pytest.mark.parametrize(
-    "board,feats,act,quads",
+    "board,feats,bits,act,form",
     [
-        ("host", ("avx2", "avx512f", "avx512bw", "avx512_vnni"), "uint8", True),
-        ("host", ("avx2", "avx512f", "avx512bw"), "uint8", False),  # no VNNI
-        ("host", ("avx2", "avx512f", "avx512bw", "avx512_vnni"), "int8", False),  # u8 x s8
-        ("rpi5", ("asimd", "asimddp"), "int8", True),
-        ("rpi5", ("asimd", "asimddp"), "uint8", False),  # sdot: signed bytes
-        ("rpi4", ("asimd",), "int8", False),  # no dot product
+        ("host", (*AVX512, "avx512_vnni"), 512, "uint8", "quads"),
+        ("host", AVX512, 512, "uint8", "taps"),  # no VNNI, 16 lanes: one tap a step
+        ("host", (*AVX512, "avx512_vnni"), 512, "int8", "taps"),  # vpdpbusd: u8 x s8
+        ("host", ("avx2", "fma"), 256, "uint8", "pairs"),  # AVX2: no dot product
+        ("host", ("avx2", "fma"), 256, "int8", "pairs"),
+        ("host", ("avx2", "fma", "avx_vnni"), 256, "uint8", "quads"),
+        ("host", ("avx2", "fma", "avx_vnni"), 256, "int8", "pairs"),
+        ("rpi5", ("asimd", "asimddp"), None, "int8", "quads"),
+        ("rpi5", ("asimd", "asimddp"), None, "uint8", "taps"),  # sdot: signed bytes
+        ("rpi4", ("asimd",), None, "int8", "taps"),  # no dot product
     ],
 )
-def test_quantize_packs_depthwise_taps_in_quads_where_the_board_has_the_dot_product(
-    board, feats, act, quads
-):
+def test_quantize_packs_depthwise_taps_by_what_the_board_multiplies(board, feats, bits, act, form):
     b = load_board(board)
-    b = replace(b, features=feats, vector_bits=512 if board == "host" else b.vector_bits)
+    b = replace(b, features=feats, vector_bits=bits or b.vector_bits)
     model = _qdq_conv(8, groups=8, act=act)
     graph = quantize(import_onnx("dw.onnx", model=model), PassContext(board=b))
     (conv,) = [n for n in graph.nodes if n.op == "qconv2d"]
     w = graph.values[conv.inputs[1]].data
-    lanes = 16 if board == "host" else 4
-    if quads:
-        assert conv.attrs["dw_taps"] == 3 and w.shape == (8 // lanes or 1, 1, 3, 1, lanes, 4)
-    else:
-        assert "dw_taps" not in conv.attrs and w.shape == (8 // lanes or 1, 1, 3, 3, lanes, 1)
+    lanes = b.vector_bits // 32
+    nb = 8 // lanes or 1
+    want = {
+        "quads": ("dw_taps", np.int8, (nb, 1, 3, 1, lanes, 4)),
+        "pairs": ("dw_pairs", np.int16, (nb, 1, 3, 4, lanes, 2)),  # 2 phases x 2 steps
+        "taps": (None, np.int8, (nb, 1, 3, 3, lanes, 1)),
+    }[form]
+    assert {"dw_taps", "dw_pairs"} & set(conv.attrs) == ({want[0]} if want[0] else set())
+    if want[0]:
+        assert conv.attrs[want[0]] == 3
+    assert w.dtype == want[1] and w.shape == want[2]
+
+
+@pytest.mark.parametrize("stride,dilation,pairs", [(2, 1, True), (1, 2, False)])
+def test_depthwise_pairs_take_row_strides_of_one_or_two_without_dilation(stride, dilation, pairs):
+    b = replace(load_board("host"), features=("avx2", "fma"), vector_bits=256)
+    model = _qdq_conv(8, groups=8, stride=stride, dilation=dilation)
+    graph = quantize(import_onnx("dw.onnx", model=model), PassContext(board=b))
+    (conv,) = [n for n in graph.nodes if n.op == "qconv2d"]
+    assert ("dw_pairs" in conv.attrs) == pairs
+    if pairs:  # stride 2: one phase, 2 steps of taps (k0, k1), (k2, 0)
+        assert graph.values[conv.inputs[1]].data.shape == (1, 1, 3, 2, 8, 2)
 
 
 def _blocked(x: np.ndarray, b: int, fill: int) -> np.ndarray:
@@ -367,9 +479,13 @@ def test_blocked_input_and_output_give_the_nchw_bytes(kind, k, pads, out_block):
         assert "qconv_pad" not in src, "a padded copy where the block is read in place"
 
 
-def _qdq_conv(c: int, groups: int = 1, act: str = "uint8", k: int = 3) -> onnx.ModelProto:
-    """Q -> DQ -> Conv k x k (8 output channels, ``groups``, same padding) -> Q -> DQ,
-    ``act`` activations, on a (1, c, 8, 8) input."""
+def _qdq_conv(
+    c: int, groups: int = 1, act: str = "uint8", k: int = 3, stride: int = 1, dilation: int = 1
+) -> onnx.ModelProto:
+    """Q -> DQ -> Conv k x k (8 output channels, ``groups``, same padding, ``stride``,
+    ``dilation``) -> Q -> DQ, ``act`` activations, on a (1, c, 8, 8) input."""
+    pad = dilation * (k // 2)
+    side = (8 + 2 * pad - dilation * (k - 1) - 1) // stride + 1
     rng = np.random.default_rng(0)
     w = rng.integers(-127, 128, (8, c // groups, k, k)).astype(np.int8)
     zp = np.uint8(128) if act == "uint8" else np.int8(0)
@@ -384,7 +500,15 @@ def _qdq_conv(c: int, groups: int = 1, act: str = "uint8", k: int = 3) -> onnx.M
         helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
         helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
         helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
-        helper.make_node("Conv", ["xd", "wd"], ["y"], pads=[k // 2] * 4, group=groups),
+        helper.make_node(
+            "Conv",
+            ["xd", "wd"],
+            ["y"],
+            pads=[pad] * 4,
+            group=groups,
+            strides=[stride] * 2,
+            dilations=[dilation] * 2,
+        ),
         helper.make_node("QuantizeLinear", ["y", "s", "z"], ["yq"]),
         helper.make_node("DequantizeLinear", ["yq", "s", "z"], ["out"]),
     ]
@@ -392,7 +516,7 @@ def _qdq_conv(c: int, groups: int = 1, act: str = "uint8", k: int = 3) -> onnx.M
         nodes,
         "stem",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 8, 8])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 8, 8, 8])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 8, side, side])],
         inits,
     )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])

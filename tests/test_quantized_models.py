@@ -15,6 +15,7 @@ from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantTy
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
 from packager.backend import PackagerBackend
+from packager.boards import load_board
 from packager.package import prepare_graph
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -71,16 +72,42 @@ def test_qdq_network_runs_integer_kernels_within_one_step(tmp_path, kind, act):
     assert adds and "add" not in ops and "qadd" not in ops
     assert sum("add_shift" in n.attrs for n in graph.nodes) == adds
 
+    _within_one_step(path, model)
+
+
+def _within_one_step(path: Path, model: onnx.ModelProto, board=None) -> None:
+    """The bundle's logits within one quantization step of ONNX Runtime computing the
+    QDQ graph in float (graph optimizations off), on 99.9% of them; the same top-1."""
     x = np.random.default_rng(5).standard_normal(SHAPE).astype(np.float32)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     want = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(
         None, {"input": x}
     )[0]
-    got = PackagerBackend.prepare(model).run([x])[0]
+    got = PackagerBackend.prepare(model, board=board).run([x])[0]
     last = model.graph.node[-1]  # the logits' DequantizeLinear: its scale is one step
     assert last.op_type == "DequantizeLinear"
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
     step = float(inits[last.input[1]])
     assert (np.abs(got - want) <= step * 1.001).mean() >= 0.999
     assert np.argmax(got) == np.argmax(want)
+
+
+@pytest.mark.parametrize("act", [QuantType.QUInt8, QuantType.QInt8])
+def test_avx2_mobilenet_runs_its_depthwise_convs_in_column_pairs_within_one_step(tmp_path, act):
+    """On the AVX2 profile (8 lanes, no dot product) every depthwise conv of the
+    inverted residuals, stride 1 and 2, runs in int16 pairs of taps (dw_pairs); the
+    network stays within one step of ONNX Runtime's QDQ semantics."""
+    board = load_board("host-avx2")
+    path = _qdq(tmp_path, "mobilenet", act)
+    model = onnx.load(path)
+    graph, _ = prepare_graph(model, board=board)
+    dws = [n for n in model.graph.node if n.op_type == "Conv" and _group(n) > 1]
+    pairs = [n for n in graph.nodes if n.op == "qconv2d" and "dw_pairs" in n.attrs]
+    strides = {tuple(n.attrs.get("strides") or (1, 1)) for n in pairs}
+    assert dws and len(pairs) == len(dws) and strides == {(1, 1), (2, 2)}
+    _within_one_step(path, model, board)
+
+
+def _group(node: onnx.NodeProto) -> int:
+    return next((a.i for a in node.attribute if a.name == "group"), 1)

@@ -406,6 +406,123 @@ def dwdot_intrin(act: str, lanes: int, target: CpuTarget) -> TensorIntrin:
     return _dwdot(act, lanes, dwdot_isa_for(act, lanes, target))
 
 
+# --- x86 without a dot product: depthwise in pairs of columns ---------------------
+
+
+def dwpair_declaration(act: str, lanes: int, pairs: int, phases: int, steps: int) -> te.Tensor:
+    """out[t, r, l] = sum_{j<steps, k<2} int32(a[2(t+j)+k, l]) * int32(w[r, j, l, k]):
+    a depthwise tile of ``pairs`` column pairs, each pair's ``phases`` output columns
+    (2 at stride 1, 1 at stride 2), over one kernel row in ``steps`` pairs of taps (a:
+    the L channels of 2 * (pairs + steps - 1) consecutive input pixels, as the blocked
+    padded input holds them; w: each phase's and step's int16 tap pairs per channel,
+    quantize.pack_dw_pairs)."""
+    span = 2 * (pairs + steps - 1)
+    a = te.placeholder((span, lanes), act, "a")
+    w = te.placeholder((phases, steps, lanes, 2), "int16", "w")
+    j, k = te.reduce_axis(steps, "j"), te.reduce_axis(2, "k")
+
+    def f(t, r, ln):
+        prod = te.cast("int32", a[(2 * (t + j) + k, ln)]) * te.cast("int32", w[(r, j, ln, k)])
+        return te.sum(prod, [j, k])
+
+    name = f"dwpair_{_SHORT[act]}x{lanes}_t{pairs}r{phases}s{steps}"
+    return te.compute((pairs, phases, lanes), f, name=name)
+
+
+# A pair of neighbouring pixels' 8 channels (16 bytes, loaded into both 128-bit halves)
+# becomes 8 int16 pairs, channel l's two pixels side by side in 32-bit lane l: one
+# vpshufb interleaves and zero-extends the uint8 bytes (an index with its top bit set
+# writes 0); int8 bytes are interleaved, then sign-extended (vpmovsxbw). vpmaddwd with
+# the channel's two tap weights gives each lane's exact 2-product sum. Every pair the
+# tile reads is built once and serves each output column it falls in: at stride 1 the
+# columns 2t and 2t+1 (weights (k0, k1), (k2, 0) and (0, k0), (k1, k2) for 3 taps), so
+# a 3-tap row costs 2 vpmaddwd a column where one tap a step costs 3 widening loads
+# and 3 vpmaddwd.
+_U8_PAIRS = ", ".join(
+    f"{h * 4 + i // 2 + (8 if i % 2 else 0)}, -128" for h in range(2) for i in range(8)
+)
+_S8_PAIRS = "0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15"
+
+
+def _dwpair_avx2(act: str, pairs: int, phases: int, steps: int) -> str:
+    accs = pairs * phases
+    lines = [f"    __m256i c[{accs}];"]
+    lines.append(
+        f"    for (int i = 0; i < {accs}; ++i) "
+        "c[i] = _mm256_loadu_si256((const void *)(acc + 8 * i));"
+    )
+    if act == "uint8":
+        lines.append(f"    const __m256i order = _mm256_setr_epi8({_U8_PAIRS});")
+    else:
+        lines.append(f"    const __m128i order = _mm_setr_epi8({_S8_PAIRS});")
+    for p in range(pairs + steps - 1):
+        src = f"_mm_loadu_si128((const void *)(a + {16 * p}))"
+        if act == "uint8":
+            v = f"_mm256_shuffle_epi8(_mm256_broadcastsi128_si256({src}), order)"
+        else:
+            v = f"_mm256_cvtepi8_epi16(_mm_shuffle_epi8({src}, order))"
+        lines.append(f"    {{ const __m256i v = {v};")
+        for j in range(steps):
+            t = p - j
+            if not 0 <= t < pairs:
+                continue
+            for r in range(phases):
+                wv = f"_mm256_loadu_si256((const void *)(w + {16 * (r * steps + j)}))"
+                i = t * phases + r
+                lines.append(
+                    f"      c[{i}] = _mm256_add_epi32(c[{i}], _mm256_madd_epi16(v, {wv}));"
+                )
+        lines.append("    }")
+    lines.append(
+        f"    for (int i = 0; i < {accs}; ++i) _mm256_storeu_si256((void *)(acc + 8 * i), c[i]);"
+    )
+    return "\n".join(lines)
+
+
+def dwpair_isa_for(act: str, lanes: int, target: CpuTarget) -> str | None:
+    """x86 with 8 lanes and no dot product for a depthwise conv's taps (dwdot_isa_for):
+    the AVX2 pair body; None elsewhere. The quantize pass packs a depthwise conv's
+    weights in pairs of taps only then."""
+    if target.arch != "x86_64" or lanes != 8 or dwdot_isa_for(act, lanes, target):
+        return None
+    return "avx2"
+
+
+@functools.cache
+def _dwpair(act: str, lanes: int, pairs: int, phases: int, steps: int, isa: str | None):
+    decl = dwpair_declaration(act, lanes, pairs, phases, steps)
+    name = f"pk_{decl.op.name}_{isa or 'scalar'}"
+    scalar = f"""    for (int t = 0; t < {pairs}; ++t)
+        for (int r = 0; r < {phases}; ++r)
+            for (int l = 0; l < {lanes}; ++l) {{
+                int32_t s = acc[({phases} * t + r) * {lanes} + l];
+                for (int j = 0; j < {steps}; ++j)
+                    for (int k = 0; k < 2; ++k)
+                        s += (int32_t)a[(2 * (t + j) + k) * {lanes} + l] *
+                             (int32_t)w[((r * {steps} + j) * {lanes} + l) * 2 + k];
+                acc[({phases} * t + r) * {lanes} + l] = s;
+            }}"""
+    head = (
+        f"static inline void {name}(int32_t *restrict acc, const {_CT[act]} *restrict a,\n"
+        f"    const int16_t *restrict w) {{"
+    )
+    if isa is None:
+        return TensorIntrin(name, decl, f"{head}\n{scalar}\n}}", "scalar")
+    body = _dwpair_avx2(act, pairs, phases, steps)
+    c_def = (
+        f"#if defined(__AVX2__)\n#include <immintrin.h>\n#endif\n{head}\n"
+        f"#if defined(__AVX2__)\n{body}\n#else\n{scalar}\n#endif\n}}"
+    )
+    return TensorIntrin(name, decl, c_def, "vpmaddwd ymm")
+
+
+def dwpair_intrin(
+    act: str, lanes: int, pairs: int, phases: int, steps: int, target: CpuTarget
+) -> TensorIntrin:
+    """The depthwise column-pair intrinsic (dwpair_declaration) for the target."""
+    return _dwpair(act, lanes, pairs, phases, steps, dwpair_isa_for(act, lanes, target))
+
+
 # --- the requantize epilogue: L int32 accumulators to L output bytes ----------------
 
 

@@ -41,6 +41,7 @@ from .int8_intrin import (
     QRANGE,
     dot4_intrin,
     dwdot_intrin,
+    dwpair_intrin,
     mac_intrin,
     pair_intrin,
     requant_intrin,
@@ -298,6 +299,12 @@ def qconv2d(inputs, attrs):
     if attrs.get("dw_taps") or attrs.get("row_taps"):
         acc = (_dw_quads_acc if attrs.get("dw_taps") else _row_packed_acc)(x, w, attrs)
         return _requantized(acc, rq, residual, attrs, x.shape[0], int(attrs["oc"]))
+    if attrs.get("dw_pairs"):
+        acc = _dw_pairs_acc(x, w, attrs)
+        cols = acc.op.attrs["out_cols"]
+        return _requantized(
+            _dw_pairs_view(acc), rq, residual, attrs, x.shape[0], int(attrs["oc"]), cols
+        )
     groups = int(attrs.get("groups", 1))
     oc = int(attrs["oc"])
     nb, ncb, kh, kw, lanes, k4 = w.shape
@@ -370,26 +377,31 @@ def qconv2d(inputs, attrs):
     return _requantized(acc, rq, residual, attrs, x.shape[0], oc)
 
 
-def _requantized(acc: te.Tensor, rq, residual, attrs: dict, n: int, oc: int) -> list:
+def _requantized(
+    acc: te.Tensor, rq, residual, attrs: dict, n: int, oc: int, cols: int | None = None
+) -> list:
     """The requantize epilogue of an accumulator (N, OC'/L, OH, OW, L): its output
-    blocked alike (``out_block``) or NCHW with the real ``oc`` channels."""
+    blocked alike (``out_block``) or NCHW with the real ``oc`` channels. ``cols``: the
+    real output columns where the accumulator holds more (whole tiles; the columns
+    past them read the residual's last one and are not stored)."""
     nb, lanes, spatial = acc.shape[1], acc.shape[4], list(acc.shape[2:4])
+    cols = cols or spatial[1]
+    spatial[1] = cols
+    shape = [n, nb, *spatial, lanes]
 
     def requant(n, ob, oh, ow, oi):
         m = ob * lanes + oi
-        r = None
-        if residual is not None and tuple(residual.shape) == tuple(acc.shape):
-            r = residual[(n, ob, oh, ow, oi)]  # blocked like the accumulator
+        r, rw = None, te.min_(ow, cols - 1) if cols != acc.shape[3] else ow
+        if residual is not None and tuple(residual.shape) == tuple(shape):
+            r = residual[(n, ob, oh, rw, oi)]  # blocked like the accumulator
         elif residual is not None:  # padded channels read the last real one (discarded)
-            r = _at(residual, n, te.min_(m, oc - 1) if nb * lanes != oc else m, oh, ow)
+            r = _at(residual, n, te.min_(m, oc - 1) if nb * lanes != oc else m, oh, rw)
         return _requantize(acc[(n, ob, oh, ow, oi)], rq, m, attrs, r, wide=True)
 
     blocked = te.compute(acc.shape, requant, name="qconv_rq", tag="requantize_blocked")
     if attrs.get("out_block"):  # the output is the block itself (int8_layout.py), narrowed
         return [
-            te.compute(
-                acc.shape, _narrow(blocked, attrs["out_dtype"]), name="qconv", tag="requantize"
-            )
+            te.compute(shape, _narrow(blocked, attrs["out_dtype"]), name="qconv", tag="requantize")
         ]
     return [
         te.compute(
@@ -437,18 +449,71 @@ def _dw_quads_acc(x: te.Tensor, w: te.Tensor, attrs: dict) -> te.Tensor:
         a = xp[(n, ob, ih, ow * strides[1] + rj * k4 + rk, oi)]
         return te.sum(_widen(a) * _widen(w[(ob, 0, rkh, rj, oi, rk)]), [rkh, rj, rk])
 
+    return _depthwise_acc(
+        [x.shape[0], nb, *spatial, lanes], f, attrs, strides, dilations, dw_quads=True
+    )
+
+
+def _depthwise_acc(shape, f, attrs: dict, strides, dilations, **form) -> te.Tensor:
+    """The accumulator stage of a depthwise conv in one of its packed ``form``s."""
+    attrs = {"groups": int(attrs["groups"]), "strides": strides, "dilations": dilations}
     return te.compute(
-        [x.shape[0], nb, *spatial, lanes],
-        f,
-        name="qconv_acc",
-        tag="qconv",
-        attrs={
-            "groups": int(attrs["groups"]),
-            "strides": strides,
-            "dilations": dilations,
-            "depthwise": True,
-            "dw_quads": True,
-        },
+        shape, f, name="qconv_acc", tag="qconv", attrs={**attrs, "depthwise": True, **form}
+    )
+
+
+DW_PAIR_ACCS = 8  # depthwise in column pairs: accumulators a tile (8 of AVX2's 16)
+
+
+def dw_pair_tile(cols: int, phases: int) -> tuple[int, int]:
+    """(column pairs a tile, pairs the accumulator holds) for ``cols`` output columns,
+    ``phases`` of them a pair: the most pairs within DW_PAIR_ACCS accumulators that
+    divide the row's pairs; where only a tile under half that size would, the row's
+    pairs round up to whole tiles of the most instead (its last columns computed and
+    not stored: 7 pairs at stride 1 take 2 tiles of 4, not 7 of 1)."""
+    most, row = DW_PAIR_ACCS // phases, -(-cols // phases)
+    fit = max(t for t in range(1, most + 1) if row % t == 0)
+    if 2 * fit >= most:
+        return fit, row
+    return most, -(-row // most) * most
+
+
+def _dw_pairs_acc(x: te.Tensor, w: te.Tensor, attrs: dict) -> te.Tensor:
+    """The accumulator of a depthwise conv whose weights hold each row's taps in int16
+    pairs per output phase (attr ``dw_pairs``: the kernel's real width KW; w (C'/L, 1,
+    KH, R*S, L, 2), quantize.pack_dw_pairs; R = 2 / the row stride phases, S steps),
+    shaped (N, C'/L, OH, P, R, L): output column R*p + r of step j and tap k reads input
+    column 2(p + j) + k, the pair's pixels at even offsets, so every pair the tile
+    reads is built once for the R columns it serves (int8_intrin.dwpair_intrin). P:
+    the row's pairs rounded up to whole tiles (dw_pair_tile)."""
+    nb, _, kh, rs, lanes, _ = w.shape
+    strides, dilations, before, after, spatial, c_in = _geometry(
+        x, attrs, kh, int(attrs["dw_pairs"])
+    )
+    phases = 2 // strides[1]
+    steps = rs // phases
+    tile, row = dw_pair_tile(spatial[1], phases)
+    width = x.shape[3] + before[1] + after[1]
+    after = [after[0], after[1] + max(0, 2 * (row + steps - 1) - width)]
+    xp = _pad_in_quads(x, c_in, before, after, nb, lanes, int(attrs["x_zp"]))
+    rkh, rj, rk = te.reduce_axis(kh, "rkh"), te.reduce_axis(steps, "rj"), te.reduce_axis(2, "rk")
+
+    def f(n, ob, oh, p, r, oi):
+        ih = window_index(oh, rkh, strides[0], dilations[0])
+        a = xp[(n, ob, ih, 2 * (p + rj) + rk, oi)]
+        return te.sum(_widen(a) * _widen(w[(ob, 0, rkh, r * steps + rj, oi, rk)]), [rkh, rj, rk])
+
+    shape = [x.shape[0], nb, spatial[0], row, phases, lanes]
+    return _depthwise_acc(shape, f, attrs, strides, dilations, dw_pairs=tile, out_cols=spatial[1])
+
+
+def _dw_pairs_view(acc: te.Tensor) -> te.Tensor:
+    """The column-pair accumulator as (N, C'/L, OH, P*R, L), for the epilogue (inlined)."""
+    n, nb, oh, row, phases, lanes = acc.shape
+    return te.compute(
+        [n, nb, oh, row * phases, lanes],
+        lambda b, ob, i, j, oi: acc[(b, ob, i, j // phases, j % phases, oi)],
+        name="qconv_acc_cols",
     )
 
 
@@ -840,6 +905,8 @@ def _depthwise_qconv(ctx: ScheduleContext, acc: te.Tensor) -> te.Schedule:
     weights of the tap), then the epilogue stores the tile. The blocked padded input is
     made once at root."""
     pad = next(t for t in acc.op.input_tensors if t.op.name.startswith("qconv_pad"))
+    if acc.op.attrs.get("dw_pairs"):  # a tile's pairs of columns, one call a kernel row
+        return _dw_pairs_qconv(ctx, acc, pad)
     cfg, out = ctx.cfg, ctx.outs[0]
     cols, lanes = acc.shape[3], acc.shape[4]
     t_ow = cfg.define_split("qtile_ow", cols, _default_tile(1, cols, DW_TILE)[1], most=32)
@@ -868,5 +935,31 @@ def _depthwise_qconv(ctx: ScheduleContext, acc: te.Tensor) -> te.Schedule:
         st.reorder(an, ob, aoh, rcb, rk0, rk1, aow, oi, rci)
         st.tensorize(oi, intrin)
     st.unroll(aow)
+    _epilogue_at(ctx, sch, rqb, st_out, owo)
+    return sch
+
+
+def _dw_pairs_qconv(ctx: ScheduleContext, acc: te.Tensor, pad: te.Tensor) -> te.Schedule:
+    """Depthwise in column pairs (_dw_pairs_acc): per tile of one block of L channels
+    and the accumulator's tile of pairs, the kernel rows outside and one intrinsic call
+    a row for the whole tile (each pair of pixels built once), then the epilogue."""
+    out = ctx.outs[0]
+    _, _, _, _, phases, lanes = acc.shape
+    tile = acc.op.attrs["dw_pairs"]
+    steps = acc.op.reduce_axis[1].extent
+    sch = te.create_schedule(ctx.outs)
+    rqb = find_tagged(out, "requantize_blocked")
+    _inline_rest(sch, [t for t in (acc, pad, rqb) if t is not None])
+    padded_copy_at_root(sch[pad], ctx.target.cores > 1, True)
+    st_out = sch[out]
+    owo = _tile_output(ctx, st_out, 1, tile * phases, lanes)
+    st = sch[acc]
+    st.compute_at(st_out, owo)
+    an, ob, aoh, ap, ar, oi = st.op.axis
+    rkh, rj, rk = st.op.reduce_axis
+    st.reorder(an, ob, aoh, rkh, ap, ar, oi, rj, rk)
+    # unrolled, GCC sums each accumulator's products of all rows at once and spills them
+    st.keep_rolled(rkh)
+    st.tensorize(ap, dwpair_intrin(pad.dtype, lanes, tile, phases, steps, ctx.target))
     _epilogue_at(ctx, sch, rqb, st_out, owo)
     return sch

@@ -147,7 +147,8 @@ class _Layout:
             return False
         ncb, k4 = self.graph.values[node.inputs[1]].shape[1], node_k4(self.graph, node)
         groups = int(node.attrs.get("groups", 1))
-        one = ncb * k4 == 1 or node.attrs.get("dw_taps")  # a channel, or quads of taps
+        # a channel, or a row's taps in quads or pairs
+        one = ncb * k4 == 1 or node.attrs.get("dw_taps") or node.attrs.get("dw_pairs")
         depthwise = groups > 1 and one and int(node.attrs["oc"]) == groups
         return groups == 1 and k4 in (2, 4) or depthwise  # quads or int16 pairs
 

@@ -28,7 +28,7 @@ from dataclasses import replace
 import numpy as np
 
 from ...boards import load_board
-from ...ops.int8_intrin import QRANGE, dwdot_isa_for, pair_isa_for
+from ...ops.int8_intrin import QRANGE, dwdot_isa_for, dwpair_isa_for, pair_isa_for
 from ...target import AccelTarget, CpuTarget, Target
 from ..ir import Graph, Node
 from ..uses import add_const, consumers, producers
@@ -301,6 +301,9 @@ class _Matcher:
             packed = packed.astype(np.int16)
         if self.dw_quads(node, x, w):  # 4 taps a dot-product step (int8_intrin.py)
             packed, taps = pack_dw_int8(w, self.lanes), {"dw_taps": w.shape[3]}
+        elif self.dw_pairs(node, x, w):  # x86 without one: int16 pairs of taps
+            stride = int((node.attrs.get("strides") or [1, 1])[-1])
+            packed, taps = pack_dw_pairs(w, self.lanes, stride), {"dw_pairs": w.shape[3]}
         corr = bias - x[2] * w.reshape(oc, -1).astype(np.int64).sum(1)
         wabs = np.abs(w.reshape(oc, -1).astype(np.int64)).sum(1)
         rq = self.rq_table(acc_scale, corr, yq, act, residual, packed.shape[0] * self.lanes)
@@ -350,6 +353,24 @@ class _Matcher:
             and oc == int(node.attrs.get("groups", 1)) > 1
             and dilations[-1] == 1
             and dwdot_isa_for(self.values[x[0]].dtype, self.lanes, self.cpu) is not None
+        )
+
+    def dw_pairs(self, node: Node, x, w: np.ndarray) -> bool:
+        """Whether a depthwise conv runs its row's taps in int16 pairs, each pair of
+        pixels serving the output columns it falls in (int8_intrin.dwpair_intrin): x86
+        at 8 lanes without a dot product for these activations, no dilation along the
+        row, a row stride of 1 or 2; not with an accelerator."""
+        oc, cg = w.shape[:2]
+        dilations = list(node.attrs.get("dilations") or [1, 1])
+        strides = list(node.attrs.get("strides") or [1, 1])
+        return (
+            self.cpu is not None
+            and self.accel is None
+            and cg == 1
+            and oc == int(node.attrs.get("groups", 1)) > 1
+            and dilations[-1] == 1
+            and strides[-1] in (1, 2)
+            and dwpair_isa_for(self.values[x[0]].dtype, self.lanes, self.cpu) is not None
         )
 
     def dense(self, node, x, yq, q, act, residual) -> Node | None:
@@ -565,6 +586,30 @@ def pack_dw_int8(w: np.ndarray, lanes: int) -> np.ndarray:
     full[:c, :, :kw] = w[:, 0]
     blocks = full.reshape(cp // lanes, lanes, kh, kwp // 4, 4)
     return np.ascontiguousarray(blocks.transpose(0, 2, 3, 1, 4))[:, None]
+
+
+def pack_dw_pairs(w: np.ndarray, lanes: int, stride: int) -> np.ndarray:
+    """Depthwise (C, 1, KH, KW) int8 -> (C'/L, 1, KH, R*S, L, 2) int16 for a row stride
+    of 1 or 2: R = 2 / stride output phases, each with S steps of 2 taps, zeros padding
+    C and taps outside the kernel: packed[ob, 0, kh, r*S + j, l, k] = w[ob*L + l, 0, kh,
+    2j + k - stride*r] (quantized._dw_pairs_acc: output column 2p + r reads input
+    column 2(p + j) + k at stride 1)."""
+    c, _, kh, kw = w.shape
+    phases = 2 // stride
+    steps = -(-(kw + stride * (phases - 1)) // 2)
+    cp = -(-c // lanes) * lanes
+    out = np.zeros((cp // lanes, 1, kh, phases * steps, lanes, 2), np.int16)
+    for r in range(phases):
+        for j in range(steps):
+            for k in range(2):
+                tap = 2 * j + k - stride * r
+                if 0 <= tap < kw:
+                    full = np.zeros((cp, kh), np.int16)
+                    full[:c] = w[:, 0, :, tap]
+                    out[:, 0, :, r * steps + j, :, k] = full.reshape(-1, lanes, kh).transpose(
+                        0, 2, 1
+                    )
+    return out
 
 
 def pack_dense_int8(w: np.ndarray, lanes: int, k4: int) -> np.ndarray:
