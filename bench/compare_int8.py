@@ -1,7 +1,8 @@
 """int8 bundles against our fp32 bundle and ONNX Runtime on the same QDQ model.
 
 For each model (ResNet-18-style, MobileNetV2-style from examples/networks.py, and the
-torchvision-style exports of examples/torchvision_nets.py): quantize it
+torchvision-style exports of examples/torchvision_nets.py, ResNeXt-50's grouped convs
+among them): quantize it
 with onnxruntime.quantization.quantize_static (QDQ, per-channel int8 weights, uint8
 activations, calibrated on random inputs), package the fp32 and the QDQ model for the
 host, then alternate rounds of the int8 bundle, the fp32 bundle and ORT running the QDQ
@@ -36,6 +37,7 @@ MODELS = {
     # torchvision's architectures as torch.onnx.export writes them (BN folded)
     "tv_resnet18": lambda s: co.torchvision_nets.tv_resnet18(size=s),
     "tv_mobilenet_v2": lambda s: co.torchvision_nets.tv_mobilenet_v2(size=s),
+    "tv_resnext50": lambda s: co.torchvision_nets.tv_resnext50_32x4d(size=s),
 }
 
 

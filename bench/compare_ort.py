@@ -79,6 +79,7 @@ MODELS = {
     # torchvision's architectures as torch.onnx.export writes them (BN folded, opset 17)
     "tv_resnet18": torchvision_nets.tv_resnet18,
     "tv_mobilenet_v2": torchvision_nets.tv_mobilenet_v2,
+    "tv_resnext50": torchvision_nets.tv_resnext50_32x4d,
     # 2-layer LSTM, hidden 128, 16 steps, batch 1 (unrolled: 32 cell kernels a run)
     "lstm2": lambda: networks.lstm_lm(steps=16, hidden=128, layers=2, batch=1, vocab=None),
     # log-mel front ends of 1 s of 16 kHz audio, hop 160: a strided-Conv DFT (n_fft 512,

@@ -1,5 +1,6 @@
-"""torchvision's ResNet-18 and MobileNetV2 as ``torch.onnx.export`` writes them (eval
-mode, opset 17, constant folding on), built with onnx.helper so torch is not needed.
+"""torchvision's ResNet-18, MobileNetV2 and ResNeXt-50 (32x4d) as ``torch.onnx.export``
+writes them (eval mode, opset 17, constant folding on), built with onnx.helper so torch
+is not needed.
 
 What the exporter emits, and so what these graphs hold:
 - each Conv + BatchNorm pair folded into one Conv with a bias (w * g / sqrt(v + eps),
@@ -65,6 +66,21 @@ class _Export:
             strides=[stride, stride],
         )
 
+    def resnet_stem(self) -> str:
+        """torchvision's ResNet stem: a 7x7 stride-2 Conv to 64 channels, ReLU, a 3x3
+        stride-2 MaxPool (pads 1)."""
+        x = self.node("Relu", [self.conv_bn("input", 3, 64, 7, 2, "/conv1/Conv")], "/relu/Relu")
+        return self.node(
+            "MaxPool",
+            [x],
+            "/maxpool/MaxPool",
+            ceil_mode=0,
+            dilations=[1, 1],
+            kernel_shape=[3, 3],
+            pads=[1, 1, 1, 1],
+            strides=[2, 2],
+        )
+
     def relu6(self, x: str, scope: str) -> str:
         if self._clip is None:  # one pair of constants for every Clip
             self._clip = (self.init("onnx::Clip_min", 0.0), self.init("onnx::Clip_max", 6.0))
@@ -98,17 +114,7 @@ def tv_resnet18(seed: int = 0, size: int = 224, classes: int = 1000) -> onnx.Mod
     """torchvision.models.resnet18(): BasicBlocks (2, 2, 2, 2) at 64-128-256-512, a 1x1
     stride-2 Conv shortcut where a stage starts."""
     e = _Export(seed)
-    x = e.node("Relu", [e.conv_bn("input", 3, 64, 7, 2, "/conv1/Conv")], "/relu/Relu")
-    x = e.node(
-        "MaxPool",
-        [x],
-        "/maxpool/MaxPool",
-        ceil_mode=0,
-        dilations=[1, 1],
-        kernel_shape=[3, 3],
-        pads=[1, 1, 1, 1],
-        strides=[2, 2],
-    )
+    x = e.resnet_stem()
     cin = 64
     for stage, cout in enumerate((64, 128, 256, 512), start=1):
         for i in range(2):
@@ -163,3 +169,36 @@ def tv_mobilenet_v2(seed: int = 0, size: int = 224, classes: int = 1000) -> onnx
             cin, block = c, block + 1
     x = e.relu6(e.conv_bn(x, cin, 1280, 1, 1, "/features/features.18/features.18.0/Conv"), "/f18")
     return e.model(size, e.head(x, 1280, classes, 0.01, 0.0), classes, "mobilenet_v2")
+
+
+def tv_resnext50_32x4d(
+    seed: int = 0,
+    size: int = 224,
+    classes: int = 1000,
+    layers: tuple[int, ...] = (3, 4, 6, 3),
+    groups: int = 32,
+    width_per_group: int = 4,
+) -> onnx.ModelProto:
+    """torchvision.models.resnext50_32x4d(): Bottleneck blocks (3, 4, 6, 3), each a 1x1
+    Conv to ``planes * width_per_group / 64 * groups`` channels (128-256-512-1024), a 3x3
+    Conv in ``groups`` groups (the stride, as torchvision puts it), a 1x1 Conv to
+    ``planes * 4``, a 1x1 Conv shortcut where the shape changes. ``layers``, ``groups``
+    and ``width_per_group`` as torchvision's ResNet takes them (smaller nets for tests)."""
+    e = _Export(seed)
+    x = e.resnet_stem()
+    cin = 64
+    for stage, (planes, n) in enumerate(zip((64, 128, 256, 512), layers, strict=True), start=1):
+        width, cout = planes * width_per_group // 64 * groups, planes * 4
+        for i in range(n):
+            s = f"/layer{stage}/layer{stage}.{i}"
+            stride = 2 if i == 0 and stage > 1 else 1
+            y = e.node("Relu", [e.conv_bn(x, cin, width, 1, 1, f"{s}/conv1/Conv")], f"{s}/relu")
+            y = e.conv_bn(y, width, width, 3, stride, f"{s}/conv2/Conv", group=groups)
+            y = e.node("Relu", [y], f"{s}/relu_1")
+            y = e.conv_bn(y, width, cout, 1, 1, f"{s}/conv3/Conv")
+            if stride != 1 or cin != cout:
+                x = e.conv_bn(x, cin, cout, 1, stride, f"{s}/downsample/downsample.0/Conv")
+            x = e.node("Relu", [e.node("Add", [y, x], f"{s}/add")], f"{s}/relu_2")
+            cin = cout
+    bound = 1.0 / cin**0.5  # nn.Linear's default init
+    return e.model(size, e.head(x, cin, classes, bound / 3**0.5, bound), classes, "resnext50")

@@ -23,6 +23,7 @@ from packager.graph.passes.quantize import (
     pack_conv_int8,
     pack_dw_int8,
     pack_dw_pairs,
+    pack_grouped_int8,
     pack_rows_int8,
     quantize,
 )
@@ -391,6 +392,97 @@ def test_depthwise_pairs_read_a_blocked_input_and_write_the_nchw_bytes(out_block
     np.testing.assert_array_equal(got, want)
 
 
+def grouped_case(act: str, lanes: int, c: int, oc: int, groups: int, k=3, stride=1, seed=2):
+    """A padded grouped qconv2d twice: weights packed per group as the simple schedule
+    reads them (quads of min(4, Cg) channels) and block-diagonal per block of L outputs
+    (quantize.pack_grouped_int8, attr ``group_blocks``)."""
+    rng = np.random.default_rng(seed)
+    lo, hi = (0, 256) if act == "uint8" else (-128, 128)
+    x = rng.integers(lo, hi, (1, c, 9, 9)).astype(act)
+    x.reshape(-1)[:8] = (0, hi - 1, hi - 1, lo, 1, hi - 1, lo, 2)  # extremes
+    cg = c // groups
+    real = rng.integers(-128, 128, (oc, cg, k, k)).astype(np.int8)
+    real.reshape(-1)[:8] = (-128, 127) * 4
+    rq = np.zeros((7, -(-oc // lanes) * lanes), np.int64)
+    rq[0] = rng.integers(2**30, 2**31, rq.shape[1])
+    rq[1], rq[2] = 36, 1 << 35
+    rq[3], rq[4] = 0, 2**62
+    rq[6] = rng.integers(-5000, 5000, rq.shape[1])
+    attrs = dict(
+        strides=[stride] * 2, pads=[k // 2] * 4, groups=groups, oc=oc, x_zp=7, y_zp=-3,
+        out_dtype="int8",
+    )  # fmt: skip
+    plain = [x, pack_conv_int8(real, lanes, min(4, cg)), rq]
+    return plain, real, attrs
+
+
+GROUPED = [  # act, lanes, C, OC, groups, kernel, stride, x86 needs, int16 pairs
+    ("uint8", 16, 64, 64, 2, 3, 1, "avx512_vnni", False),  # 2 blocks a group
+    ("uint8", 16, 64, 64, 16, 3, 2, "avx512_vnni", False),  # 4 groups a block
+    ("int8", 16, 48, 48, 3, 1, 1, "avx512bw", True),  # ShuffleNet-like 1x1, pairs
+    ("uint8", 8, 32, 64, 8, 3, 1, "avx2", True),  # AVX2: 2 groups a block, Cg 4
+    ("int8", 8, 24, 24, 3, 3, 2, "avx2", True),
+]
+
+
+@pytest.mark.parametrize("act,lanes,c,oc,groups,k,stride,need,pairs", GROUPED)
+def test_grouped_conv_in_block_diagonal_steps_equals_the_simple_schedule(
+    act, lanes, c, oc, groups, k, stride, need, pairs
+):
+    """Each block of L output channels as a full conv over its groups' input channels
+    (zero weights off the diagonal): the dot-product tile, not one product a step, and
+    the simple schedule's bytes, from an NCHW and a blocked input."""
+    plain, real, attrs = grouped_case(act, lanes, c, oc, groups, k, stride)
+    want = run_host(plain, attrs, None)
+    assert (want == -3).any() and (want != -3).any()
+    w = pack_grouped_int8(real, lanes, 2 if pairs else 4, groups)
+    w = w.astype(np.int16) if pairs else w
+    feats = VNNI if need == "avx512_vnni" else ("avx2", "avx512f", "avx512bw")
+    target = CpuTarget(vector_bits=32 * lanes, features=feats if lanes == 16 else ("avx2",))
+    gattrs = attrs | {"group_blocks": True}
+    src = codegen_c(qconv_func([plain[0], w, plain[2]], gattrs, target)[0])
+    name = "pk_pair_" if pairs else "pk_dot4_"
+    assert re.search(rf"{name}\w+\(&qconv_acc\[[^\]]*\], &qconv_pad\[", src), "no tile call"
+    for target_ in (target, None):  # the intrinsic's body and the C loop's
+        if target_ and need not in _cpu_flags():
+            continue
+        np.testing.assert_array_equal(run_host([plain[0], w, plain[2]], gattrs, target_), want)
+    if need in _cpu_flags():
+        xb = _blocked(plain[0], lanes, 99)
+        battrs = gattrs | {"c": c}
+        np.testing.assert_array_equal(run_host([xb, w, plain[2]], battrs, target), want)
+
+
+def test_pack_grouped_int8_places_each_output_at_its_groups_inputs():
+    w = np.arange(1, 8 * 2 * 1 * 1 + 1, dtype=np.int8).reshape(8, 2, 1, 1)  # 4 groups
+    p = pack_grouped_int8(w, 4, 2, 4)  # blocks of 4 outputs: 2 groups each, 4 inputs
+    assert p.shape == (2, 2, 1, 1, 4, 2)
+    dense = p.transpose(0, 4, 1, 5, 2, 3).reshape(8, 4)  # (OC, the block's inputs)
+    for o in range(8):
+        at = (o // 2 % 2) * 2  # the group's place among its block's two groups
+        want = np.zeros(4, np.int8)
+        want[at : at + 2] = w[o, :, 0, 0]
+        np.testing.assert_array_equal(dense[o], want)
+
+
+@pytest.mark.parametrize(
+    "c,groups,feats,bits,blocks",
+    [
+        (64, 2, VNNI, 512, True),
+        (128, 32, VNNI, 512, True),  # ResNeXt 32x4d: Cg 4, 4 groups a block
+        (48, 2, VNNI, 512, False),  # 24 outputs a group: blocks straddle groups unevenly
+        (24, 12, ("avx2", "fma", "avx_vnni"), 256, False),  # Cg 2: no whole quad
+        (24, 12, ("avx2", "fma"), 256, True),  # but whole int16 pairs
+    ],
+)
+def test_quantize_runs_a_grouped_conv_in_blocks_where_they_align(c, groups, feats, bits, blocks):
+    b = replace(load_board("host"), features=feats, vector_bits=bits)
+    model = _qdq_conv(c, groups=groups, out=c)
+    graph = quantize(import_onnx("g.onnx", model=model), PassContext(board=b))
+    (conv,) = [n for n in graph.nodes if n.op == "qconv2d"]
+    assert bool(conv.attrs.get("group_blocks")) == blocks
+
+
 AVX512 = ("avx2", "avx512f", "avx512bw")
 
 
@@ -480,19 +572,25 @@ def test_blocked_input_and_output_give_the_nchw_bytes(kind, k, pads, out_block):
 
 
 def _qdq_conv(
-    c: int, groups: int = 1, act: str = "uint8", k: int = 3, stride: int = 1, dilation: int = 1
+    c: int,
+    groups: int = 1,
+    act: str = "uint8",
+    k: int = 3,
+    stride: int = 1,
+    dilation: int = 1,
+    out: int = 8,
 ) -> onnx.ModelProto:
-    """Q -> DQ -> Conv k x k (8 output channels, ``groups``, same padding, ``stride``,
-    ``dilation``) -> Q -> DQ, ``act`` activations, on a (1, c, 8, 8) input."""
+    """Q -> DQ -> Conv k x k (``out`` output channels, ``groups``, same padding,
+    ``stride``, ``dilation``) -> Q -> DQ, ``act`` activations, on a (1, c, 8, 8) input."""
     pad = dilation * (k // 2)
     side = (8 + 2 * pad - dilation * (k - 1) - 1) // stride + 1
     rng = np.random.default_rng(0)
-    w = rng.integers(-127, 128, (8, c // groups, k, k)).astype(np.int8)
+    w = rng.integers(-127, 128, (out, c // groups, k, k)).astype(np.int8)
     zp = np.uint8(128) if act == "uint8" else np.int8(0)
     inits = [
         numpy_helper.from_array(w, "w"),
-        numpy_helper.from_array(np.full(8, 0.01, np.float32), "ws"),
-        numpy_helper.from_array(np.zeros(8, np.int8), "wz"),
+        numpy_helper.from_array(np.full(out, 0.01, np.float32), "ws"),
+        numpy_helper.from_array(np.zeros(out, np.int8), "wz"),
         numpy_helper.from_array(np.float32(0.02), "s"),
         numpy_helper.from_array(zp, "z"),
     ]
@@ -516,7 +614,7 @@ def _qdq_conv(
         nodes,
         "stem",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 8, 8])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 8, side, side])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, out, side, side])],
         inits,
     )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])

@@ -323,13 +323,17 @@ def qconv2d(inputs, attrs):
     # 32-bit broadcast from memory
     wide = "int16" if w.dtype == "int16" else ""
     zp = int(attrs["x_zp"])
-    direct = x.ndim == 5 and groups == 1 and x.shape[4] % k4 == 0
+    # grouped, each block of L output channels reading whole steps of one run of input
+    # channels (``group_blocks``, quantize.pack_grouped_int8): the groups its lanes
+    # belong to, block-diagonal weights; the full conv's quads from that run's first
+    full = groups == 1 or bool(attrs.get("group_blocks"))
+    direct = x.ndim == 5 and full and x.shape[4] % k4 == 0
     if direct and not any(before + after) and not wide:
         xp = x
     elif direct:
         xp = _pad_in_quads(x, c_in, before, after, x.shape[1], x.shape[4], zp, wide)
-    elif groups == 1:
-        xp = _pad_in_quads(x, c_in, before, after, ncb, k4, zp, wide)
+    elif full:
+        xp = _pad_in_quads(x, c_in, before, after, -(-c_in // k4), k4, zp, wide)
     elif depthwise:
         xp = _pad_in_quads(x, c_in, before, after, nb, lanes, zp)
     else:
@@ -340,20 +344,19 @@ def qconv2d(inputs, attrs):
 
     def f(n, ob, oh, ow, oi):
         c = rcb * k4 + rci
-        if groups > 1:
+        q0 = rcb  # the step's quad (or pair) of input channels
+        if groups > 1 and full:
+            q0 = (ob * lanes // mg) * (cg // k4) + rcb
+        elif groups > 1:
             g = te.min_((ob * lanes + oi) // mg, groups - 1)  # padded channels: last group
             c = g * cg + c
         ih = window_index(oh, rk[0], strides[0], dilations[0])
         iw = window_index(ow, rk[1], strides[1], dilations[1])
         if direct:
             q = xp.shape[4] // k4
-            a = (
-                xp[(n, rcb // q, ih, iw, (rcb % q) * k4 + rci)]
-                if q > 1
-                else xp[(n, rcb, ih, iw, rci)]
-            )
-        elif groups == 1:
-            a = xp[(n, rcb, ih, iw, rci)]
+            a = xp[(n, q0 // q, ih, iw, (q0 % q) * k4 + rci)] if q > 1 else xp[(n, q0, ih, iw, rci)]
+        elif full:
+            a = xp[(n, q0, ih, iw, rci)]
         elif depthwise:
             a = xp[(n, ob, ih, iw, oi)]
         else:
@@ -371,6 +374,7 @@ def qconv2d(inputs, attrs):
             "strides": strides,
             "dilations": dilations,
             "depthwise": depthwise,
+            "group_blocks": groups > 1 and full,
         },
     )
 
@@ -743,7 +747,7 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     acc = find_tagged(ctx.anchor, "qconv")
     if acc is not None and acc.op.attrs.get("depthwise") and len(ctx.outs) == 1:
         return _depthwise_qconv(ctx, acc)
-    if acc is None or acc.op.attrs.get("groups", 1) != 1:
+    if acc is None or acc.op.attrs.get("groups", 1) != 1 and not acc.op.attrs.get("group_blocks"):
         return _simple_qconv(ctx)
     pad = next((t for t in acc.op.input_tensors if t.op.name.startswith("qconv_pad")), None)
     x = pad if pad is not None else acc.op.input_tensors[0]

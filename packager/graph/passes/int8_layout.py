@@ -150,7 +150,8 @@ class _Layout:
         # a channel, or a row's taps in quads or pairs
         one = ncb * k4 == 1 or node.attrs.get("dw_taps") or node.attrs.get("dw_pairs")
         depthwise = groups > 1 and one and int(node.attrs["oc"]) == groups
-        return groups == 1 and k4 in (2, 4) or depthwise  # quads or int16 pairs
+        full = groups == 1 or node.attrs.get("group_blocks")  # quads or int16 pairs
+        return full and k4 in (2, 4) or depthwise
 
     # --- rewriting ----------------------------------------------------------------
 

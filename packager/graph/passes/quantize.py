@@ -289,12 +289,16 @@ class _Matcher:
         # a full conv's channels pad to whole steps (zero weights; the padded input
         # reads x_zp there), or, with few channels (a stem), its kernel rows pack
         groups = int(node.attrs.get("groups", 1))
-        k4 = 4 if groups == 1 else min(4, cg)
-        pairs = groups == 1 and self.int16_pairs(x)
+        pairs = self.int16_pairs(x)
+        blocks = self.group_blocks(w, groups, 2 if pairs else 4)
+        k4 = 4 if groups == 1 or blocks else min(4, cg)
+        pairs = pairs and (groups == 1 or blocks)
         step = 2 if pairs else k4
         taps = {}
         if self.row_packed(node, w, step):  # a kernel row's taps and channels, in steps
             packed, taps = pack_rows_int8(w, self.lanes, step), {"row_taps": w.shape[3]}
+        elif blocks:  # each block of L outputs: its groups' inputs, block-diagonal
+            packed, taps = pack_grouped_int8(w, self.lanes, step, groups), {"group_blocks": True}
         else:
             packed = pack_conv_int8(w, self.lanes, step)
         if pairs:  # x86 without a dot product: vpmaddwd of int16 pairs (int8_intrin.py)
@@ -324,6 +328,24 @@ class _Matcher:
         ones) multiplies int16 pairs with one vpmaddwd per step."""
         act = self.values[x[0]].dtype
         return self.cpu is not None and pair_isa_for(act, self.lanes, self.cpu) is not None
+
+    def group_blocks(self, w: np.ndarray, groups: int, step: int) -> bool:
+        """Whether a grouped conv (not depthwise) runs as a full conv per block of L
+        output channels over the input channels of the groups its lanes belong to
+        (pack_grouped_int8): a group's outputs fill whole blocks or a block holds whole
+        groups, and a group's inputs are whole steps. A block of several groups
+        multiplies zeros off the diagonal (L / its outputs a group times the work),
+        which the dot-product tile still runs far faster than one product a step."""
+        oc, cg = w.shape[:2]
+        mg = oc // groups
+        return (
+            self.cpu is not None
+            and groups > 1
+            and not (cg == 1 and mg == 1)
+            and oc % self.lanes == 0
+            and (mg % self.lanes == 0 or self.lanes % mg == 0)
+            and cg % step == 0
+        )
 
     def row_packed(self, node: Node, w: np.ndarray, step: int) -> bool:
         """Whether a full conv with few input channels (a 3-channel stem) reads a kernel
@@ -561,6 +583,22 @@ def pack_conv_int8(w: np.ndarray, lanes: int, k4: int) -> np.ndarray:
     full[:oc, :cg] = w
     blocks = full.reshape(ocp // lanes, lanes, cgp // k4, k4, kh, kw)
     return np.ascontiguousarray(blocks.transpose(0, 2, 4, 5, 1, 3))
+
+
+def pack_grouped_int8(w: np.ndarray, lanes: int, step: int, groups: int) -> np.ndarray:
+    """Grouped (OC, Cg, KH, KW) int8, OC a multiple of L -> (OC/L, S*Cg/step, KH, KW, L,
+    step), S = max(1, L / (OC / groups)) the groups a block of L outputs holds: block
+    ob reads the S*Cg input channels from its first group's, output channel o's weights
+    at its own group's place among them, zeros elsewhere (qconv2d's ``group_blocks``)."""
+    oc, cg, kh, kw = w.shape
+    mg = oc // groups
+    span = max(1, lanes // mg)
+    full = np.zeros((oc, span * cg, kh, kw), np.int8)
+    for o in range(oc):
+        first = (o // lanes * lanes) // mg  # the block's first group
+        at = (o // mg - first) * cg
+        full[o, at : at + cg] = w[o]
+    return pack_conv_int8(full, lanes, step)
 
 
 def pack_rows_int8(w: np.ndarray, lanes: int, step: int) -> np.ndarray:
