@@ -195,6 +195,37 @@ def test_an_older_opset_is_lifted_to_13():
     assert next(o.version for o in q.opset_import if o.domain == "") == 13
 
 
+def test_an_ir3_model_whose_weights_are_inputs_too_quantizes_and_runs():
+    """IR version 3 (the onnx package's light zoo): every initializer is also a graph
+    input, and a model may not add one that is not. The quantized model takes opset 13's
+    IR version, its weights stop being inputs, and ONNX Runtime runs it."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    g = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1] * 4),
+            helper.make_node("Relu", ["c"], ["y"]),
+        ],
+        "ir3",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8]),
+            helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 3, 3, 3]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [w],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])
+    model.ir_version = 3
+    q, _ = quantize_model(model, random_samples(2, model))
+    onnx.checker.check_model(q)
+    assert q.ir_version >= 7 and [i.name for i in q.graph.input] == ["x"]
+    assert any(n.op_type == "DequantizeLinear" and n.input[0].startswith("w") for n in q.graph.node)
+    x = _sample(0, (1, 3, 8, 8))
+    ref = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    got = ort.InferenceSession(q.SerializeToString()).run(None, {"x": x})[0]
+    assert _cosine(ref, got) > 0.99
+
+
 # --- the CLI: calibration directories, warnings, outputs ---------------------------------
 
 

@@ -21,12 +21,30 @@ def at_least_opset_13(model: onnx.ModelProto, path: str) -> onnx.ModelProto:
     if opset(model) >= MIN_OPSET:
         return model
     try:
-        return version_converter.convert_version(model, MIN_OPSET)
+        model = version_converter.convert_version(model, MIN_OPSET)
     except Exception as e:  # the converter raises bare RuntimeErrors
         raise PackagerError(
             f"{path}: opset {opset(model)} could not be converted to opset {MIN_OPSET}, which "
             f"quantization needs (per-axis DequantizeLinear): {e}"
         ) from None
+    return _initializers_not_inputs(model)
+
+
+def _initializers_not_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """An IR version 3 model (the onnx package's light zoo among them) lists every
+    initializer as a graph input too, and may add none that is not one; the converter
+    keeps its IR version. The quantized model adds scales and zero points: it takes the
+    IR version opset 13 needs, and its weights stop being inputs (in IR 3 they could not
+    be fed, so nothing changes for a caller)."""
+    need = onnx.helper.find_min_ir_version_for(list(model.opset_import))
+    if model.ir_version >= max(need, 4):
+        return model
+    model.ir_version = max(need, 4)
+    inits = {t.name for t in model.graph.initializer}
+    keep = [i for i in model.graph.input if i.name not in inits]
+    del model.graph.input[:]
+    model.graph.input.extend(keep)
+    return model
 
 
 def _consumers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
