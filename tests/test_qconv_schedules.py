@@ -422,6 +422,8 @@ GROUPED = [  # act, lanes, C, OC, groups, kernel, stride, x86 needs, int16 pairs
     ("int8", 16, 48, 48, 3, 1, 1, "avx512bw", True),  # ShuffleNet-like 1x1, pairs
     ("uint8", 8, 32, 64, 8, 3, 1, "avx2", True),  # AVX2: 2 groups a block, Cg 4
     ("int8", 8, 24, 24, 3, 3, 2, "avx2", True),
+    ("uint8", 16, 48, 72, 4, 1, 1, "avx512_vnni", False),  # 18 outputs a group, 72 outputs
+    ("int8", 8, 40, 60, 5, 3, 1, "avx2", True),  # blocks straddling 2 groups unevenly
 ]
 
 
@@ -430,8 +432,9 @@ def test_grouped_conv_in_block_diagonal_steps_equals_the_simple_schedule(
     act, lanes, c, oc, groups, k, stride, need, pairs
 ):
     """Each block of L output channels as a full conv over its groups' input channels
-    (zero weights off the diagonal): the dot-product tile, not one product a step, and
-    the simple schedule's bytes, from an NCHW and a blocked input."""
+    (zero weights off the diagonal, blocks holding whole groups, parts of one, or
+    straddling two): the dot-product tile, not one product a step, and the simple
+    schedule's bytes, from an NCHW and a blocked input."""
     plain, real, attrs = grouped_case(act, lanes, c, oc, groups, k, stride)
     want = run_host(plain, attrs, None)
     assert (want == -3).any() and (want != -3).any()
@@ -443,6 +446,12 @@ def test_grouped_conv_in_block_diagonal_steps_equals_the_simple_schedule(
     src = codegen_c(qconv_func([plain[0], w, plain[2]], gattrs, target)[0])
     name = "pk_pair_" if pairs else "pk_dot4_"
     assert re.search(rf"{name}\w+\(&qconv_acc\[[^\]]*\], &qconv_pad\[", src), "no tile call"
+    # the padded copy holds every step the last block's run reads (past C: zero weights)
+    step, mg, cg = w.shape[-1], oc // groups, c // groups
+    steps = max(-(-c // step), ((w.shape[0] - 1) * lanes // mg) * (cg // step) + w.shape[1])
+    side = 9 + 2 * (k // 2)
+    size = re.search(r"qconv_pad\[(\d+)\];|\(size_t\)(\d+) \* sizeof\(\w+\)\);", src)
+    assert int(size[1] or size[2]) == steps * side * side * step
     for target_ in (target, None):  # the intrinsic's body and the C loop's
         if target_ and need not in _cpu_flags():
             continue
@@ -463,6 +472,18 @@ def test_pack_grouped_int8_places_each_output_at_its_groups_inputs():
         want = np.zeros(4, np.int8)
         want[at : at + 2] = w[o, :, 0, 0]
         np.testing.assert_array_equal(dense[o], want)
+    # 2 groups of 3 outputs in blocks of 4: block 0 straddles them (outputs 0-2 at the
+    # first group's inputs, 3 at the second's), block 1 starts at group 1 (4, 5 real)
+    w = np.arange(1, 6 * 2 + 1, dtype=np.int8).reshape(6, 2, 1, 1)
+    p = pack_grouped_int8(w, 4, 2, 2)
+    assert p.shape == (2, 2, 1, 1, 4, 2)
+    dense = p.transpose(0, 4, 1, 5, 2, 3).reshape(8, 4)
+    places = [0, 0, 0, 2, 0, 0]
+    for o in range(8):
+        want = np.zeros(4, np.int8)
+        if o < 6:
+            want[places[o] : places[o] + 2] = w[o, :, 0, 0]
+        np.testing.assert_array_equal(dense[o], want)
 
 
 @pytest.mark.parametrize(
@@ -470,8 +491,9 @@ def test_pack_grouped_int8_places_each_output_at_its_groups_inputs():
     [
         (64, 2, VNNI, 512, True),
         (128, 32, VNNI, 512, True),  # ResNeXt 32x4d: Cg 4, 4 groups a block
-        (48, 2, VNNI, 512, False),  # 24 outputs a group: blocks straddle groups unevenly
-        (24, 12, ("avx2", "fma", "avx_vnni"), 256, False),  # Cg 2: no whole quad
+        (48, 2, VNNI, 512, True),  # 24 outputs a group: blocks straddle groups unevenly
+        (24, 12, ("avx2", "fma", "avx_vnni"), 256, True),  # Cg 2: int16 pairs, not quads
+        (24, 8, VNNI, 512, False),  # Cg 3
         (24, 12, ("avx2", "fma"), 256, True),  # but whole int16 pairs
     ],
 )
@@ -481,6 +503,10 @@ def test_quantize_runs_a_grouped_conv_in_blocks_where_they_align(c, groups, feat
     graph = quantize(import_onnx("g.onnx", model=model), PassContext(board=b))
     (conv,) = [n for n in graph.nodes if n.op == "qconv2d"]
     assert bool(conv.attrs.get("group_blocks")) == blocks
+    w = graph.values[conv.inputs[1]].data
+    if blocks:  # quads where a group's inputs are whole quads, else int16 pairs
+        pairs = (c // groups) % 4 != 0 or "avx512_vnni" not in feats and "avx_vnni" not in feats
+        assert (w.dtype, w.shape[-1]) == ((np.int16, 2) if pairs else (np.int8, 4))
 
 
 AVX512 = ("avx2", "avx512f", "avx512bw")

@@ -226,6 +226,31 @@ def test_an_ir3_model_whose_weights_are_inputs_too_quantizes_and_runs():
     assert _cosine(ref, got) > 0.99
 
 
+@pytest.mark.parametrize("name", ["squeezenet", "shufflenet"])
+def test_light_zoo_cnns_quantize_with_every_conv_integer(name):
+    """The onnx package's light zoo builds its weights with ConstantOfShape (IR 3): they
+    fold into initializers, so every conv is quantized, and every one becomes an
+    integer conv, ShuffleNet's grouped ones included."""
+    import collections
+
+    from packager.package import prepare_graph
+
+    path = Path(onnx.__file__).parent / "backend/test/data/light" / f"light_{name}.onnx"
+    model = onnx.load(path)
+    q, _ = quantize_model(model, random_samples(1, model))
+    onnx.checker.check_model(q)
+    convs = sum(n.op_type == "Conv" for n in model.graph.node)
+    weights = {n.input[1] for n in q.graph.node if n.op_type == "Conv"}
+    dq = {n.output[0] for n in q.graph.node if n.op_type == "DequantizeLinear"}
+    assert weights <= dq  # every conv's weight is a dequantized int8 tensor
+    graph, _ = prepare_graph(q, disabled_passes={"fuse"})
+    ops = collections.Counter(n.op for n in graph.nodes)
+    assert ops["qconv2d"] == convs and "conv" not in ops and "conv2d_nchwc" not in ops
+    x = _sample(0, (1, 3, 224, 224))
+    (data,) = [i.name for i in q.graph.input]  # the weights are no longer inputs
+    ort.InferenceSession(q.SerializeToString()).run(None, {data: x})
+
+
 # --- the CLI: calibration directories, warnings, outputs ---------------------------------
 
 

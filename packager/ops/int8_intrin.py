@@ -747,6 +747,12 @@ def pair_isa_for(act: str, lanes: int, target: CpuTarget) -> str | None:
     return _pair_body(lanes, target)
 
 
+def pair_body_for(lanes: int, target: CpuTarget) -> str | None:
+    """The x86 int16-pair body at ``lanes`` whatever dot product the target has (a
+    grouped conv whose groups are not whole quads takes pairs even with VNNI)."""
+    return _pair_body(lanes, target) if target.arch == "x86_64" else None
+
+
 def _pair_body(lanes: int, target: CpuTarget) -> str | None:
     if lanes == 16 and "avx512bw" in target.features:
         return "avx512bw"

@@ -325,15 +325,20 @@ def qconv2d(inputs, attrs):
     zp = int(attrs["x_zp"])
     # grouped, each block of L output channels reading whole steps of one run of input
     # channels (``group_blocks``, quantize.pack_grouped_int8): the groups its lanes
-    # belong to, block-diagonal weights; the full conv's quads from that run's first
+    # belong to (as many as the most any block spans), block-diagonal weights; the full
+    # conv's quads from that run's first
     full = groups == 1 or bool(attrs.get("group_blocks"))
+    quads = -(-c_in // k4)  # the steps of input channels the blocks read
+    if groups > 1 and full:  # the last block's run may reach past C (zero weights)
+        quads = max(quads, ((nb - 1) * lanes // mg) * (cg // k4) + ncb)
     direct = x.ndim == 5 and full and x.shape[4] % k4 == 0
+    direct = direct and x.shape[1] * x.shape[4] >= quads * k4
     if direct and not any(before + after) and not wide:
         xp = x
     elif direct:
         xp = _pad_in_quads(x, c_in, before, after, x.shape[1], x.shape[4], zp, wide)
     elif full:
-        xp = _pad_in_quads(x, c_in, before, after, -(-c_in // k4), k4, zp, wide)
+        xp = _pad_in_quads(x, c_in, before, after, quads, k4, zp, wide)
     elif depthwise:
         xp = _pad_in_quads(x, c_in, before, after, nb, lanes, zp)
     else:

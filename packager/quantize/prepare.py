@@ -107,5 +107,31 @@ def fold_batch_norms(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def constant_of_shape_folded(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Each ConstantOfShape of a constant shape replaced by the initializer it makes, so
+    weights a model builds that way (the onnx light zoo's) are quantized as weights."""
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    made = []
+    for n in g.node:
+        if n.op_type != "ConstantOfShape" or not n.input or n.input[0] not in inits:
+            continue
+        shape = numpy_helper.to_array(inits[n.input[0]]).astype(np.int64)
+        value = next((a.t for a in n.attribute if a.name == "value"), None)
+        fill = numpy_helper.to_array(value) if value is not None else np.zeros(1, np.float32)
+        made.append(n)
+        g.initializer.append(
+            numpy_helper.from_array(np.full(shape, fill.reshape(-1)[0]), n.output[0])
+        )
+    if made:
+        kept = [n for n in g.node if all(n is not m for m in made)]
+        del g.node[:]
+        g.node.extend(kept)
+    return model
+
+
 def prepare(model: onnx.ModelProto, path: str) -> onnx.ModelProto:
-    return fold_batch_norms(at_least_opset_13(model, path))
+    model = at_least_opset_13(model, path)
+    if any(n.op_type == "ConstantOfShape" for n in model.graph.node):
+        model = constant_of_shape_folded(onnx.ModelProto.FromString(model.SerializeToString()))
+    return fold_batch_norms(model)

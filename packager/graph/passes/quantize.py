@@ -28,7 +28,13 @@ from dataclasses import replace
 import numpy as np
 
 from ...boards import load_board
-from ...ops.int8_intrin import QRANGE, dwdot_isa_for, dwpair_isa_for, pair_isa_for
+from ...ops.int8_intrin import (
+    QRANGE,
+    dwdot_isa_for,
+    dwpair_isa_for,
+    pair_body_for,
+    pair_isa_for,
+)
 from ...target import AccelTarget, CpuTarget, Target
 from ..ir import Graph, Node
 from ..uses import add_const, consumers, producers
@@ -291,6 +297,9 @@ class _Matcher:
         groups = int(node.attrs.get("groups", 1))
         pairs = self.int16_pairs(x)
         blocks = self.group_blocks(w, groups, 2 if pairs else 4)
+        if groups > 1 and not blocks and self.cpu is not None:  # groups of whole pairs
+            blocks = bool(pair_body_for(self.lanes, self.cpu)) and self.group_blocks(w, groups, 2)
+            pairs = blocks
         k4 = 4 if groups == 1 or blocks else min(4, cg)
         pairs = pairs and (groups == 1 or blocks)
         step = 2 if pairs else k4
@@ -332,20 +341,14 @@ class _Matcher:
     def group_blocks(self, w: np.ndarray, groups: int, step: int) -> bool:
         """Whether a grouped conv (not depthwise) runs as a full conv per block of L
         output channels over the input channels of the groups its lanes belong to
-        (pack_grouped_int8): a group's outputs fill whole blocks or a block holds whole
-        groups, and a group's inputs are whole steps. A block of several groups
-        multiplies zeros off the diagonal (L / its outputs a group times the work),
-        which the dot-product tile still runs far faster than one product a step."""
+        (pack_grouped_int8): a group's inputs are whole steps, so each group starts at
+        a step. A block spanning several groups multiplies zeros off the diagonal (as
+        many times the work as the most groups a block spans), which the dot-product
+        tile still runs far faster than the simple schedule's one product a step."""
         oc, cg = w.shape[:2]
-        mg = oc // groups
         return (
-            self.cpu is not None
-            and groups > 1
-            and not (cg == 1 and mg == 1)
-            and oc % self.lanes == 0
-            and (mg % self.lanes == 0 or self.lanes % mg == 0)
-            and cg % step == 0
-        )
+            self.cpu is not None and groups > 1 and not (cg == 1 and oc == groups)
+        ) and cg % step == 0
 
     def row_packed(self, node: Node, w: np.ndarray, step: int) -> bool:
         """Whether a full conv with few input channels (a 3-channel stem) reads a kernel
@@ -586,17 +589,17 @@ def pack_conv_int8(w: np.ndarray, lanes: int, k4: int) -> np.ndarray:
 
 
 def pack_grouped_int8(w: np.ndarray, lanes: int, step: int, groups: int) -> np.ndarray:
-    """Grouped (OC, Cg, KH, KW) int8, OC a multiple of L -> (OC/L, S*Cg/step, KH, KW, L,
-    step), S = max(1, L / (OC / groups)) the groups a block of L outputs holds: block
-    ob reads the S*Cg input channels from its first group's, output channel o's weights
-    at its own group's place among them, zeros elsewhere (qconv2d's ``group_blocks``)."""
+    """Grouped (OC, Cg, KH, KW) int8 -> (OC'/L, S*Cg/step, KH, KW, L, step), S the most
+    groups a block of L outputs spans: block ob reads the S*Cg input channels from its
+    first group's, output channel o's weights at its own group's place among them,
+    zeros elsewhere and for the padded outputs (qconv2d's ``group_blocks``)."""
     oc, cg, kh, kw = w.shape
     mg = oc // groups
-    span = max(1, lanes // mg)
+    first = [b * lanes // mg for b in range(-(-oc // lanes))]  # each block's first group
+    span = max((min(b * lanes + lanes, oc) - 1) // mg - g + 1 for b, g in enumerate(first))
     full = np.zeros((oc, span * cg, kh, kw), np.int8)
     for o in range(oc):
-        first = (o // lanes * lanes) // mg  # the block's first group
-        at = (o // mg - first) * cg
+        at = (o // mg - first[o // lanes]) * cg
         full[o, at : at + cg] = w[o]
     return pack_conv_int8(full, lanes, step)
 
