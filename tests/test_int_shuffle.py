@@ -1,0 +1,92 @@
+"""A channel shuffle between QuantizeLinear/DequantizeLinear of one scale runs on the
+integers, blocked between the integer convs (graph/passes/int_shuffle.py); of two
+scales it stays float. Both equal ONNX Runtime running the QDQ graph in float."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from packager.backend import PackagerBackend
+from packager.package import prepare_graph
+
+G, HW = 4, 6
+
+
+def _shuffle_net(second_scale: float, c: int) -> onnx.ModelProto:
+    """``c`` channels: Q/DQ -> Conv 1x1 -> Q/DQ (scale 0.05) -> channel shuffle (4 groups) -> Q/DQ
+    (``second_scale``) -> Conv 1x1 -> Q/DQ, uint8 activations, per-channel int8 weights."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(np.float32(0.02), "s0"),
+        numpy_helper.from_array(np.uint8(128), "z0"),
+        numpy_helper.from_array(np.float32(0.05), "s1"),
+        numpy_helper.from_array(np.uint8(10), "z1"),
+        numpy_helper.from_array(np.float32(second_scale), "s2"),
+        numpy_helper.from_array(np.full(c, 0.01, np.float32), "ws"),
+        numpy_helper.from_array(np.zeros(c, np.int8), "wz"),
+        numpy_helper.from_array(np.array([1, G, c // G, HW, HW], np.int64), "split"),
+        numpy_helper.from_array(np.array([1, c, HW, HW], np.int64), "merge"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s0", "z0"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "s0", "z0"], ["xd"]),
+    ]
+    for i in (1, 2):
+        w = rng.integers(-127, 128, (c, c, 1, 1)).astype(np.int8)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(
+            helper.make_node("DequantizeLinear", [f"w{i}", "ws", "wz"], [f"wd{i}"], axis=0)
+        )
+    nodes += [
+        helper.make_node("Conv", ["xd", "wd1"], ["c1"]),
+        helper.make_node("QuantizeLinear", ["c1", "s1", "z1"], ["c1q"]),
+        helper.make_node("DequantizeLinear", ["c1q", "s1", "z1"], ["c1d"]),
+        helper.make_node("Reshape", ["c1d", "split"], ["r1"]),
+        helper.make_node("Transpose", ["r1"], ["t1"], perm=[0, 2, 1, 3, 4]),
+        helper.make_node("Reshape", ["t1", "merge"], ["sh"]),
+        helper.make_node("QuantizeLinear", ["sh", "s2", "z1"], ["shq"]),
+        helper.make_node("DequantizeLinear", ["shq", "s2", "z1"], ["shd"]),
+        helper.make_node("Conv", ["shd", "wd2"], ["c2"]),
+        helper.make_node("QuantizeLinear", ["c2", "s1", "z1"], ["c2q"]),
+        helper.make_node("DequantizeLinear", ["c2q", "s1", "z1"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "shuffle",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, HW, HW])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, HW, HW])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize(
+    "second_scale,c,integer,blocked",
+    [(0.05, 32, True, True), (0.05, 24, True, False), (0.07, 32, False, False)],
+)
+def test_shuffle_between_one_scale_runs_on_the_integers(second_scale, c, integer, blocked):
+    """24 channels do not fill whole blocks of 16 (nor 8): the shuffle then runs on the
+    NCHW integers (a blocked shuffle would index the padded channels)."""
+    model = _shuffle_net(second_scale, c)
+    graph, _ = prepare_graph(model, disabled_passes={"fuse"})
+    (shuffle,) = [n for n in graph.nodes if n.op == "channel_shuffle"]
+    x = graph.values[shuffle.inputs[0]]
+    ops = collections.Counter(n.op for n in graph.nodes)
+    assert ops["qconv2d"] == 2
+    assert x.dtype == ("uint8" if integer else "float32") and (len(x.shape) == 5) == blocked
+    if integer:  # the one DQ left: the output's
+        assert ops["dequantize_linear"] == 1
+    feed = np.random.default_rng(1).uniform(-2, 2, (1, c, HW, HW)).astype(np.float32)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": feed})[0]
+    got = PackagerBackend.prepare(model).run([feed])[0]
+    assert (np.abs(got - want) <= 0.05 * 1.001).mean() >= 0.999
+    assert len(np.unique(want)) > 20  # real values, not a saturated output
