@@ -12,6 +12,7 @@ fp32 over random inputs.
 
     python bench/compare_int8.py --models resnet18 --rounds 3 --size 224
     python bench/compare_int8.py --board host-avx2   # the AVX2 kernels (vpmaddwd, no VNNI)
+    python bench/compare_int8.py --models light_shufflenet light_densenet121   # light zoo
 """
 
 from __future__ import annotations
@@ -39,6 +40,25 @@ MODELS = {
     "tv_mobilenet_v2": lambda s: co.torchvision_nets.tv_mobilenet_v2(size=s),
     "tv_resnext50": lambda s: co.torchvision_nets.tv_resnext50_32x4d(size=s),
 }
+# the onnx package's light zoo (224x224, IR version 3, weights built by ConstantOfShape:
+# constant, so top-1 agreement says nothing there); `packager quantize` quantizes them,
+# as onnxruntime's quantize_static refuses initializers listed as graph inputs
+LIGHT = ("squeezenet", "shufflenet", "inception_v1", "densenet121", "resnet50")
+
+
+def _light(name: str):
+    return lambda size: co.MODELS[name]()
+
+
+MODELS |= {f"light_{n}": _light(n) for n in LIGHT}
+
+
+def quantize_light(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`packager quantize --calib random:4` (minmax, uint8 activations)."""
+    from packager.quantize import quantize_model
+    from packager.quantize.samples import random_samples
+
+    return quantize_model(model, random_samples(4, model))[0]
 
 
 def quantize(model: onnx.ModelProto, work: Path, shape) -> onnx.ModelProto:
@@ -96,15 +116,15 @@ def bench(name: str, size: int, rounds: int, repeat: int, board: str = "host") -
     fp32 = MODELS[name](size)
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
-        qdq = quantize(fp32, work, shape)
+        qdq = quantize_light(fp32) if name.startswith("light_") else quantize(fp32, work, shape)
         (work / "f").mkdir()
         (work / "q").mkdir()
         fb, fexe = co.build_bundle(fp32, work / "f", board_name=board)
         qb, qexe = co.build_bundle(qdq, work / "q", board_name=board)
         feeds = co.input_feeds(fp32)
         paths = {}
-        for k, v in feeds.items():
-            paths[k] = str(work / f"{k}.npy")
+        for i, (k, v) in enumerate(feeds.items()):
+            paths[k] = str(work / f"input{i}.npy")  # a name may hold '/' (gpu_0/data_0)
             np.save(paths[k], v)
         qpath = work / "qdq_run.onnx"
         onnx.save(qdq, qpath)
@@ -134,7 +154,8 @@ def bench(name: str, size: int, rounds: int, repeat: int, board: str = "host") -
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    default = [m for m in MODELS if not m.startswith("light_")]
+    p.add_argument("--models", nargs="+", default=default, choices=list(MODELS))
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--repeat", type=int, default=10)

@@ -21,7 +21,7 @@ from .passes.fuse_attention import fuse_attention
 from .passes.fuse_layer_norm import fuse_layer_norm
 from .passes.fuse_shuffle import fuse_shuffle
 from .passes.int8_layout import int8_layout
-from .passes.int_shuffle import int_shuffle
+from .passes.int_moves import int_moves
 from .passes.layout import layout_pass
 from .passes.pack_gemm_weights import pack_gemm_weights
 from .passes.place_accel import place_accel
@@ -51,7 +51,7 @@ PASSES: list[tuple[str, object]] = [
     ("conv_transpose_blocks", conv_transpose_blocks),  # after folding BN into the weights
     ("pack_gemm_weights", pack_gemm_weights),  # after folding: BN may have changed B
     ("fuse_shuffle", fuse_shuffle),  # before fold_transpose takes the shuffle's transpose
-    ("int_shuffle", int_shuffle),  # a shuffle between Q/DQ of one scale: on the integers
+    ("int_moves", int_moves),  # shuffles, concats between Q/DQ of one scale: on the integers
     ("sink_transpose", sink_transpose),  # transposes through slices/elementwise ops
     ("fold_transpose", fold_transpose),
     ("fuse_attention", fuse_attention),  # after fold_transpose: Q, K^T, V carry their perms

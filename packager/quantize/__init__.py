@@ -19,7 +19,7 @@ from ..safe_paths import QUANTIZED_MARKER, check_quantized_output, write_bytes_a
 from .calibrate import collect
 from .methods import METHODS, NEEDS_HISTOGRAM
 from .prepare import prepare
-from .qdq import ACT_DTYPES, Summary, activation_tensors, rewrite
+from .qdq import ACT_DTYPES, Summary, activation_tensors, concat_shared_ranges, rewrite
 from .samples import directory_samples, parse_calib, random_samples
 
 RANDOM_WARNING = (
@@ -70,7 +70,8 @@ def quantize_model(
     model = prepare(model, path)
     tensors = activation_tensors(model)
     stats = collect(model, tensors, samples, NEEDS_HISTOGRAM[method])
-    qmodel, summary = rewrite(model, _ranges(stats, method, percentile, activations), activations)
+    ranges = concat_shared_ranges(model, _ranges(stats, method, percentile, activations))
+    qmodel, summary = rewrite(model, ranges, activations)
     settings = {"method": method, "activations": activations, "weights": "int8 per channel"}
     if method == "percentile":
         settings["percentile"] = percentile

@@ -78,6 +78,34 @@ def activation_tensors(model: onnx.ModelProto) -> list[str]:
     return list(picked)
 
 
+def concat_shared_ranges(model: onnx.ModelProto, ranges: dict) -> dict:
+    """The ranges with each channel Concat's parts and output on one range (the union of
+    theirs), where all of them are quantized: the concat of their integers is then the
+    quantized concat (graph/passes/int_moves.py), no requantize between. Parts shared by
+    several concats (a dense block's) share one range with all of them."""
+    parent = {t: t for t in ranges}
+
+    def root(t: str) -> str:
+        while parent[t] != t:
+            parent[t] = parent[parent[t]]
+            t = parent[t]
+        return t
+
+    for n in model.graph.node:
+        tensors = [*n.input, *n.output]
+        if n.op_type != "Concat" or _attr(n, "axis", 0) not in (1, -3):
+            continue
+        if all(t in ranges for t in tensors):
+            for t in tensors[1:]:
+                parent[root(t)] = root(tensors[0])
+    union: dict[str, tuple[float, float]] = {}
+    for t, (lo, hi) in ranges.items():
+        r = root(t)
+        u = union.get(r, (lo, hi))
+        union[r] = (min(u[0], lo), max(u[1], hi))
+    return {t: union[root(t)] for t in ranges}
+
+
 def activation_qparams(lo: float, hi: float, dtype: str) -> tuple[float, np.ndarray]:
     """Scale and zero point: asymmetric over [min(lo, 0), max(hi, 0)] for uint8, symmetric
     over [-max|x|, max|x|] for int8."""

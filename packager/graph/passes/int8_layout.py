@@ -14,8 +14,9 @@ producer can write it so and every reader can read it so, and then no op repacks
 - readers: a full or depthwise qconv2d's activation (a quad of channels never crosses a
   block, as B is a multiple of 4), any qconv2d's residual, qadd's operands.
 - both: an integer max_pool (the block of its input; it pools each lane alike, and the
-  channels past C hold values no reader keeps), and an integer channel shuffle
-  (int_shuffle.py; the block of its input where that holds no channels past C).
+  channels past C hold values no reader keeps), an integer channel shuffle and an
+  integer channel concat (int_moves.py; the block of their inputs where those hold no
+  channels past C).
 
 Blocks never differ between a producer and its readers except at quantize_blocked,
 and every reader indexes its input by the input's own block, so there are no
@@ -36,7 +37,8 @@ from ..uses import consumers, producers
 from .pack_gemm_weights import _block
 
 _INT = ("int8", "uint8")
-_WHOLE = ("qadd", "max_pool", "channel_shuffle")  # blocked with their inputs, or not at all
+# blocked with their inputs, or not at all
+_WHOLE = ("qadd", "max_pool", "channel_shuffle", "concat")
 
 
 def int8_layout(graph: Graph, ctx=None) -> Graph:
@@ -108,10 +110,15 @@ class _Layout:
             return sides[0] if sides[0] is not None and sides[0] == sides[1] else None
         if node.op == "max_pool" and self.int_pool(node):
             return self.lanes if block is None else block.get(node.inputs[0])
-        if node.op == "channel_shuffle" and self.int_shuffle(node):
-            b = self.lanes if block is None else block.get(node.inputs[0])
-            # the shuffle indexes the blocked form's channels: no channels past C
-            return b if b is not None and vals[node.inputs[0]].shape[1] % b == 0 else None
+        if node.op in ("channel_shuffle", "concat") and self.int_move(node):
+            if block is None:
+                return self.lanes
+            blocks = {block.get(i) for i in node.inputs}
+            b = blocks.pop() if len(blocks) == 1 else None
+            # the shuffle indexes the blocked form's channels, the concat joins whole
+            # blocks: no channels past C in any part
+            whole = b is not None and all(vals[i].shape[1] % b == 0 for i in node.inputs)
+            return b if whole else None
         if node.op == "quantize_linear" and self.quantize_ok(node):
             c = vals[node.inputs[0]].shape[1]
             return self.lanes if c >= self.lanes else -(-c // 4) * 4
@@ -136,18 +143,19 @@ class _Layout:
         x = self.graph.values[node.inputs[0]]
         return len(x.shape) == 4 and x.dtype in _INT and len(node.attrs["kernel"]) == 2
 
-    def int_shuffle(self, node: Node) -> bool:
-        """A channel shuffle of int8/uint8 NCHW (int_shuffle.py's)."""
-        x = self.graph.values[node.inputs[0]]
-        return len(x.shape) == 4 and x.dtype in _INT
+    def int_move(self, node: Node) -> bool:
+        """A channel shuffle or channel concat of int8/uint8 NCHW (int_moves.py's)."""
+        xs = [self.graph.values[i] for i in node.inputs]
+        along = node.op != "concat" or node.attrs.get("axis") == 1  # (the importer's axis)
+        return along and all(len(x.shape) == 4 and x.dtype in _INT for x in xs)
 
     def reads_blocked(self, node: Node, v: str) -> bool:
         if node.op == "qadd":
             return True
         if node.op == "max_pool":
             return self.int_pool(node)
-        if node.op == "channel_shuffle":
-            return self.int_shuffle(node)
+        if node.op in ("channel_shuffle", "concat"):
+            return self.int_move(node)
         if node.op != "qconv2d":
             return False
         slots = [k for k, i in enumerate(node.inputs) if i == v]
