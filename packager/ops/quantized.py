@@ -290,9 +290,12 @@ def qconv2d(inputs, attrs):
     dilations, pads, groups, oc (real output channels), x_zp, y_zp, out_dtype;
     ``out_block``: the output is the requantized block (N, OC'/L, OH, OW, L)
     (packager/graph/passes/int8_layout.py); ``dw_taps`` (depthwise, a row's taps in
-    quads: _dw_quads_acc) or ``row_taps`` (a stem, a row's taps and channels side by
-    side: _row_packed_acc), each the kernel's real width. Padding reads x_zp, so a padded
-    tap adds exactly what the bias correction -x_zp * sum(w) took away.
+    quads: _dw_quads_acc), ``dw_pairs`` (depthwise, a row's taps in int16 pairs per
+    output phase: _dw_pairs_acc) or ``row_taps`` (a stem, a row's taps and channels side
+    by side: _row_packed_acc), each the kernel's real width; ``group_blocks`` (grouped,
+    each block of L outputs a full conv over its groups' inputs, block-diagonal weights:
+    quantize.pack_grouped_int8). Padding reads x_zp, so a padded tap adds exactly what
+    the bias correction -x_zp * sum(w) took away.
     """
     x, w, rq = inputs[:3]
     residual = inputs[3] if len(inputs) > 3 else None

@@ -7,6 +7,8 @@ ONNX Runtime (and `packager build`) recognise as quantized ops.
 - Weights: int8, symmetric, one scale per output channel (axis 0 for Conv, the output axis
   for MatMul and Gemm), behind a per-axis DequantizeLinear.
 - Bias: int32 with scale x_scale * w_scale per channel, zero point 0.
+- A channel Concat whose parts and output are all quantized puts them on one range (the
+  union), so the integers concatenate as they are (concat_shared_ranges).
 """
 
 from __future__ import annotations

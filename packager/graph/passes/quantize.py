@@ -295,14 +295,7 @@ class _Matcher:
         # a full conv's channels pad to whole steps (zero weights; the padded input
         # reads x_zp there), or, with few channels (a stem), its kernel rows pack
         groups = int(node.attrs.get("groups", 1))
-        pairs = self.int16_pairs(x)
-        blocks = self.group_blocks(w, groups, 2 if pairs else 4)
-        if groups > 1 and not blocks and self.cpu is not None:  # groups of whole pairs
-            blocks = bool(pair_body_for(self.lanes, self.cpu)) and self.group_blocks(w, groups, 2)
-            pairs = blocks
-        k4 = 4 if groups == 1 or blocks else min(4, cg)
-        pairs = pairs and (groups == 1 or blocks)
-        step = 2 if pairs else k4
+        pairs, blocks, step = self.conv_steps(x, w, groups)
         taps = {}
         if self.row_packed(node, w, step):  # a kernel row's taps and channels, in steps
             packed, taps = pack_rows_int8(w, self.lanes, step), {"row_taps": w.shape[3]}
@@ -338,6 +331,21 @@ class _Matcher:
         act = self.values[x[0]].dtype
         return self.cpu is not None and pair_isa_for(act, self.lanes, self.cpu) is not None
 
+    def conv_steps(self, x, w: np.ndarray, groups: int) -> tuple[bool, bool, int]:
+        """(int16 pairs, grouped in blocks, input channels a step) of a conv's weights:
+        quads, or int16 pairs on x86 without a dot product for these activations; a
+        grouped conv in blocks where its groups are whole steps, in pairs where they are
+        whole pairs but not quads (x86 whatever its dot product); other grouped convs
+        min(4, Cg) channels a step (the simple schedule)."""
+        pairs = self.int16_pairs(x)
+        step = 2 if pairs else 4
+        if groups == 1 or self.group_blocks(w, groups, step):
+            return pairs, groups > 1, step
+        if self.cpu is not None and pair_body_for(self.lanes, self.cpu):
+            if self.group_blocks(w, groups, 2):
+                return True, True, 2
+        return False, False, min(4, w.shape[1])
+
     def group_blocks(self, w: np.ndarray, groups: int, step: int) -> bool:
         """Whether a grouped conv (not depthwise) runs as a full conv per block of L
         output channels over the input channels of the groups its lanes belong to
@@ -346,9 +354,8 @@ class _Matcher:
         many times the work as the most groups a block spans), which the dot-product
         tile still runs far faster than the simple schedule's one product a step."""
         oc, cg = w.shape[:2]
-        return (
-            self.cpu is not None and groups > 1 and not (cg == 1 and oc == groups)
-        ) and cg % step == 0
+        depthwise = cg == 1 and oc == groups
+        return self.cpu is not None and groups > 1 and not depthwise and cg % step == 0
 
     def row_packed(self, node: Node, w: np.ndarray, step: int) -> bool:
         """Whether a full conv with few input channels (a 3-channel stem) reads a kernel
