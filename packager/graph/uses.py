@@ -38,3 +38,13 @@ def add_const(values: dict[str, Value], array: np.ndarray, hint: str) -> str:
     dtype = "bool" if arr.dtype == np.bool_ else str(arr.dtype)
     values[name] = Value(name, tuple(arr.shape), dtype, arr)
     return name
+
+
+def scalar_qparams(values: dict[str, Value], node) -> tuple[float, int] | None:
+    """(scale, zero point) of a quantize_linear / dequantize_linear node whose parameters
+    are per-tensor constants, None otherwise (the importer gives both ops all three
+    inputs, a missing zero point as a constant 0)."""
+    s, z = (values[i] for i in node.inputs[1:3])
+    if not (s.is_const and z.is_const) or s.data.size != 1 or z.data.size != 1:
+        return None
+    return float(s.data.reshape(-1)[0]), int(z.data.reshape(-1)[0])

@@ -223,16 +223,25 @@ def _c_def(
             s += (int32_t)a[{a_at}] * (int32_t)w[{depth} * l + k];
         acc[l] = s;
     }}"""
+    isas = isas or _ISAS
+    body = isas[isa][3](act, lanes) if isa else ""
+    return _guarded(name, act, wt, isas[isa] if isa else None, isa, body, scalar)
+
+
+def _guarded(name: str, act: str, wt: str, entry, isa, body: str, scalar: str) -> str:
+    """An intrinsic's C function ``name`` (acc, a of ``act``, w of ``wt``): ``body``
+    under the guard of its ISA ``entry`` (label, guard, header, ...) with the ISA's
+    PRAGMAS, over the ``scalar`` loop; the scalar loop alone without an entry."""
     head = (
         f"static inline void {name}(int32_t *restrict acc, const {_CT[act]} *restrict a,\n"
         f"    const {_CT[wt]} *restrict w) {{"
     )
-    if isa is None:
+    if not entry:
         return f"{head}\n{scalar}\n}}"
-    _, guard, header, body = (isas or _ISAS)[isa]
+    _, guard, header = entry[:3]
     return (
         f"#if {guard}\n#include <{header}>\n{PRAGMAS.get(isa, '')}#endif\n{head}\n#if {guard}\n"
-        f"{body(act, lanes)}\n#else\n{scalar}\n#endif\n}}"
+        f"{body}\n#else\n{scalar}\n#endif\n}}"
     )
 
 
@@ -302,15 +311,10 @@ def mac_isa_for(lanes: int, target: CpuTarget) -> str | None:
 @functools.cache
 def _mac(act: str, lanes: int, isa: str) -> TensorIntrin:
     name = f"pk_mac_{_SHORT[act]}x{lanes}_{isa}"
-    label, guard, header, body = _MAC_ISAS[isa]
+    entry = _MAC_ISAS[isa]
     scalar = f"""    for (int l = 0; l < {lanes}; ++l) acc[l] += (int32_t)a[l] * (int32_t)w[l];"""
-    c_def = (
-        f"#if {guard}\n#include <{header}>\n{PRAGMAS.get(isa, '')}#endif\n"
-        f"static inline void {name}(int32_t *restrict acc, const {_CT[act]} *restrict a,\n"
-        f"    const int8_t *restrict w) {{\n#if {guard}\n{body(act, lanes)}\n#else\n"
-        f"{scalar}\n#endif\n}}"
-    )
-    return TensorIntrin(name, mac_declaration(act, lanes), c_def, label)
+    c_def = _guarded(name, act, "int8", entry, isa, entry[3](act, lanes), scalar)
+    return TensorIntrin(name, mac_declaration(act, lanes), c_def, entry[0])
 
 
 def mac_intrin(act: str, lanes: int, target: CpuTarget) -> TensorIntrin | None:
@@ -479,6 +483,9 @@ def _dwpair_avx2(act: str, pairs: int, phases: int, steps: int) -> str:
     return "\n".join(lines)
 
 
+_DWPAIR_ISAS = {"avx2": ("vpmaddwd ymm", "defined(__AVX2__)", "immintrin.h")}
+
+
 def dwpair_isa_for(act: str, lanes: int, target: CpuTarget) -> str | None:
     """x86 with 8 lanes and no dot product for a depthwise conv's taps (dwdot_isa_for):
     the AVX2 pair body; None elsewhere. The quantize pass packs a depthwise conv's
@@ -502,18 +509,10 @@ def _dwpair(act: str, lanes: int, pairs: int, phases: int, steps: int, isa: str 
                              (int32_t)w[((r * {steps} + j) * {lanes} + l) * 2 + k];
                 acc[({phases} * t + r) * {lanes} + l] = s;
             }}"""
-    head = (
-        f"static inline void {name}(int32_t *restrict acc, const {_CT[act]} *restrict a,\n"
-        f"    const int16_t *restrict w) {{"
-    )
-    if isa is None:
-        return TensorIntrin(name, decl, f"{head}\n{scalar}\n}}", "scalar")
-    body = _dwpair_avx2(act, pairs, phases, steps)
-    c_def = (
-        f"#if defined(__AVX2__)\n#include <immintrin.h>\n#endif\n{head}\n"
-        f"#if defined(__AVX2__)\n{body}\n#else\n{scalar}\n#endif\n}}"
-    )
-    return TensorIntrin(name, decl, c_def, "vpmaddwd ymm")
+    entry = _DWPAIR_ISAS.get(isa)
+    body = _dwpair_avx2(act, pairs, phases, steps) if entry else ""
+    c_def = _guarded(name, act, "int16", entry, isa, body, scalar)
+    return TensorIntrin(name, decl, c_def, entry[0] if entry else "scalar")
 
 
 def dwpair_intrin(

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import Graph, Node
-from ..uses import consumers, producers
+from ..uses import consumers, producers, scalar_qparams
 
 _INT = ("int8", "uint8")
 
@@ -37,9 +37,9 @@ def int_moves(graph: Graph, ctx=None) -> Graph:
         if move is None or move.op == "concat" and move.attrs.get("axis") != 1:
             continue
         dqs = [made_by(i, "dequantize_linear") for i in move.inputs]
-        want = _params(graph, q)
+        want = scalar_qparams(graph.values, q)
         out = graph.values[q.outputs[0]].dtype
-        if want is None or any(d is None or _params(graph, d) != want for d in dqs):
+        if want is None or any(d is None or scalar_qparams(graph.values, d) != want for d in dqs):
             continue
         if all(graph.values[d.inputs[0]].dtype == out for d in dqs) and out in _INT:
             ins = [d.inputs[0] for d in dqs]
@@ -47,13 +47,3 @@ def int_moves(graph: Graph, ctx=None) -> Graph:
     if not replaced:
         return graph
     return replace(graph, nodes=[replaced.get(k, n) for k, n in enumerate(graph.nodes)])
-
-
-def _params(graph: Graph, node: Node) -> tuple[float, int] | None:
-    """(scale, zero point) of a Q/DQ node with constant per-tensor parameters."""
-    if len(node.inputs) != 3:
-        return None
-    s, z = (graph.values[i] for i in node.inputs[1:])
-    if not (s.is_const and z.is_const) or s.data.size != 1 or z.data.size != 1:
-        return None
-    return float(s.data.reshape(-1)[0]), int(z.data.reshape(-1)[0])

@@ -37,7 +37,7 @@ from ...ops.int8_intrin import (
 )
 from ...target import AccelTarget, CpuTarget, Target
 from ..ir import Graph, Node
-from ..uses import add_const, consumers, producers
+from ..uses import add_const, consumers, producers, scalar_qparams
 from .pack_gemm_weights import _block
 from .place_accel import accel_obstacle
 
@@ -102,13 +102,6 @@ class _Matcher:
         """Read by one node only and not a graph output: the chain may swallow it."""
         return len(self.cons.get(name, [])) == 1 and name not in self.graph.outputs
 
-    def scalar_qparams(self, node: Node):
-        """(scale, zero point) of a Q/DQ node with constant per-tensor parameters."""
-        s, z = self.const(node.inputs[1]), self.const(node.inputs[2])
-        if s is None or z is None or s.size != 1 or z.size != 1:
-            return None
-        return float(s.reshape(-1)[0]), int(z.reshape(-1)[0])
-
     def dq_activation(self, name: str):
         """(int tensor, scale, zp) of a DQ of a non-constant int8/uint8 tensor."""
         hit = self.producer(name, "dequantize_linear")
@@ -116,7 +109,7 @@ class _Matcher:
             return None
         node = hit[1]
         x = self.values[node.inputs[0]]
-        qp = self.scalar_qparams(node)
+        qp = scalar_qparams(self.values, node)
         if x.is_const or x.dtype not in _INT_IN or qp is None:
             return None
         return x.name, *qp
@@ -166,7 +159,7 @@ class _Matcher:
         itself. Dequantizing is monotone (scale > 0), so the max commutes with it, the
         padding's -inf becomes the type's lowest value, and Q(DQ(v)) is v."""
         q = self.graph.nodes[qk]
-        yq = self.scalar_qparams(q)
+        yq = scalar_qparams(self.values, q)
         hit = self.producer(q.inputs[0], "max_pool")
         if yq is None or hit is None or not self.private(q.inputs[0]):
             return
@@ -184,7 +177,7 @@ class _Matcher:
         the epilogue of the integer conv or dense making a (or b) when nothing else
         reads it."""
         q = self.graph.nodes[qk]
-        yq = self.scalar_qparams(q)
+        yq = scalar_qparams(self.values, q)
         if yq is None or q.attrs.get("dtype") not in _INT_IN:
             return
         v, swallowed, act = q.inputs[0], [], None
@@ -240,7 +233,7 @@ class _Matcher:
 
     def try_conv(self, qk: int) -> None:
         q = self.graph.nodes[qk]
-        yq = self.scalar_qparams(q)
+        yq = scalar_qparams(self.values, q)
         if yq is None or q.attrs.get("dtype") not in _INT_IN:
             return
         v, swallowed = q.inputs[0], []
