@@ -66,6 +66,10 @@ class CLang(Lang):
     vector_load: str = "__builtin_memcpy(&{dst}, &{buf}[{index}], sizeof {dst});"
     vector_store: str = "__builtin_memcpy(&{buf}[{index}], &{src}, sizeof {src});"
     vector_broadcast: str = "{{{elems}}}"
+    vector_literal: str | None = "{{{elems}}}"
+    vector_concat: str = "__builtin_shufflevector({a}, {b}, {idx})"
+    vector_convert: str | None = "__builtin_convertvector({x}, {type})"
+    vector_lane_calls: bool = True
     kernel_return: str | None = "return 0;"
     kernel_fail: str = "return 1;"
     intrinsics: bool = True

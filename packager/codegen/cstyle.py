@@ -40,6 +40,14 @@ through the runtime's thread pool), one of its few methods. The fields:
 * ``vector_broadcast``: a vector of type ``{type}`` with ``{x}`` in every lane (``{elems}``
   is ``x, x, ...``); ``bitcast``: ``{x}`` reinterpreted as type ``{type}`` (the
   compare-mask blends of selects and min/max).
+* ``vector_literal``: a vector of type ``{type}`` from its lanes ``{elems}`` (a strided
+  load, one element a lane, in 16-byte pieces), None where strided loads keep a loop
+  scalar; ``vector_concat``: vectors ``{a}`` and ``{b}`` of one type side by side
+  (``{idx}``: the lane numbers 0, 1, ... of the result).
+* ``vector_convert``: ``{x}`` converted lane by lane to vector type ``{type}`` as a scalar
+  cast would (float to integer truncates, narrowing integers wrap), None where casts keep
+  a loop scalar; ``vector_lane_calls``: a float math function of ``VECTOR_CALLS`` on a
+  vector is a loop over its lanes (a compiler's vectorizer makes one instruction of it).
 * ``thread_index``: thread tag (``blockIdx.x``) -> the expression that reads it; a
   ``thread_binding`` loop whose tag is missing is refused.
 * ``barrier``: the workgroup barrier statement, None where the language has none (a
@@ -62,9 +70,13 @@ What every C-like language shares (the semantics the IR asks for):
 * vectorized loops whose body is a plain store of contiguous/invariant loads, + - * /
   and selects whose condition is the same for every lane (padding guards: an if/else,
   so only the taken branch loads) become vector code; a select comparing float data
-  lane by lane and min/max become a compare mask and a ``bitcast`` blend; other
-  bodies fall back to a scalar loop (with ``ivdep_pragma`` only when no stored buffer
-  is read at another index);
+  lane by lane and min/max become a compare mask and a ``bitcast`` blend; where the
+  language has them, loads of a constant stride (``vector_literal``), casts between
+  float32 and 8-32 bit integers (``vector_convert``; a float narrowing to 8 or 16 bits
+  goes through int32 and int16, the steps vector ISAs have) and rounding, sqrt and
+  fabs (``vector_lane_calls``) too: the quantize and dequantize glue of integer
+  models. Other bodies fall back to a scalar loop (with ``ivdep_pragma`` only when no
+  stored buffer is read at another index);
 * kernel arguments are ``restrict`` except those in ``PrimFunc.may_alias`` (an output
   written in place over an input, see graph/memory.py);
 * subexpressions shared within one store (after inlining) become ``const`` locals,
@@ -193,6 +205,10 @@ def _blends(dtype: str, lanes: int) -> bool:
 
 
 _VEC_OPS = ("+", "-", "*", "/")
+# float32 functions a vector takes lane by lane (GCC makes one vroundps / frintx of it)
+VECTOR_CALLS = ("nearbyint", "round", "floor", "ceil", "trunc", "sqrt", "fabs", "abs")
+# lane types a vector cast converts between (no 64-bit lanes, no bool)
+_CAST_TYPES = ("float32", "int32", "uint32", "int16", "uint16", "int8", "uint8")
 
 # exp of a float32 vector (see _Printer._vector_exp): x = n ln2 + r, |r| <= ln2/2, with n
 # rounded by the 1.5 * 2^23 trick (its low bits then hold n), r reduced in two parts of
@@ -252,6 +268,10 @@ class Lang:
     aligned_vector_store: str | None = None
     speculate_guarded_loads: bool = False
     vector_broadcast: str = ""
+    vector_literal: str | None = None
+    vector_concat: str = ""
+    vector_convert: str | None = None
+    vector_lane_calls: bool = False
     bitcast: str = "(({type}){x})"
     thread_index: dict = field(default_factory=dict)
     barrier: str | None = None
@@ -618,6 +638,9 @@ class _Printer:
             return f"{buf}[{self(e.index)}]"
         start = self.r.simp(substitute(e.index, {self.vec[0]: Const(0, INDEX)}))
         base = self(start)
+        step = _stride(e.index, self.vec[0], self.r.simp)
+        if step != 1:  # _vector_expr checked the stride is constant
+            return self._strided_load(e, buf, base, step)
         t = self.r.temp(self.type_of(e), None)
         fill = dict(dst=t, type=self.type_of(e), buf=buf, index=base, lanes=self.vec[1])
         load = self.lang.vector_load
@@ -626,13 +649,63 @@ class _Printer:
         self.r.emit(load.format(**fill))
         return t
 
+    def _strided_load(self, e: BufferLoad, buf: str, base: str, step: int) -> str:
+        """A vector of elements ``step`` apart, one a lane: 16-byte literals joined in
+        pairs (a wider literal of 32-bit integers GCC assembles in general registers and
+        reloads through the stack; 16-byte ones are vpinsrd / vinsertps / ins)."""
+        if not _is_temp(base) and not base.isdigit():
+            base = self.r.temp(self.r.ctype(INDEX), base)
+        dt, lanes = e.dtype, self.vec[1]
+        elems = [f"{buf}[{base}]"] + [
+            f"{buf}[{base} + {_literal(Const(k * step, INDEX), self.lang)}]"
+            for k in range(1, lanes)
+        ]
+        n = min(lanes, max(1, 16 // SIZE[dt]))
+        parts = []
+        for k in range(0, lanes, n):
+            vt = self.r.mod.vec(dt, n)
+            text = self.lang.vector_literal.format(type=vt, elems=", ".join(elems[k : k + n]))
+            parts.append(self.r.temp(vt, text))
+        while len(parts) > 1:
+            n *= 2
+            vt = self.r.mod.vec(dt, n)
+            idx = ", ".join(str(i) for i in range(n))
+            parts = [
+                self.r.temp(vt, self.lang.vector_concat.format(a=a, b=b, idx=idx))
+                for a, b in zip(parts[::2], parts[1::2], strict=True)
+            ]
+        return parts[0]
+
     def _Unary(self, e: Unary) -> str:
         return f"(-{self(e.a)})" if e.op == "neg" else f"(!{self(e.a)})"
 
     def _Cast(self, e: Cast) -> str:
+        if self.is_vec(e):
+            return self._vector_cast(e)
         if e.dtype == "bool":
             return f"({self(e.a)} != 0)"
         return f"(({self.r.ctype(e.dtype)}){self(e.a)})"
+
+    def _vector_cast(self, e: Cast) -> str:
+        """A lane-wise cast (truncating a float, wrapping a narrowing integer, as the
+        scalar casts do) in the steps vector ISAs have: see ``_convert_steps``."""
+        x = self(e.a)
+        for dt in _convert_steps(e.a.dtype, e.dtype):
+            x = self.lang.vector_convert.format(x=x, type=self.r.mod.vec(dt, self.vec[1]))
+        return x
+
+    def _lane_call(self, e: Call) -> str:
+        """A float math function of a vector, one lane at a time, in a loop the compiler
+        vectorizes (GCC: vroundps, vsqrtps; no libm call is left)."""
+        vt, lanes = self.type_of(e), self.vec[1]
+        x = self.r.temp(vt, self.operand(e.args[0], True))
+        t = self.r.temp(vt, None)
+        func = self.lang.math(_RENAME.get(e.func, e.func), e.dtype)
+        lane = f"pk_l{self.r.n_tmp}"
+        self.r.emit(
+            f"for (int {lane} = 0; {lane} < {lanes}; ++{lane}) {t}[{lane}] = {func}({x}[{lane}]);"
+        )
+        return t
 
     def _Select(self, e: Select) -> str:
         if self.is_vec(e):
@@ -652,11 +725,15 @@ class _Printer:
         return f"({cond} ? {value} : {self(e.f)})"
 
     def _vector_select(self, e: Select) -> str:
-        """A select whose condition is the same for every lane (a padding guard): an
-        if/else, so the taken branch's loads are the only ones made."""
-        if self.is_vec(e.cond):
+        """A select whose condition is the same for every lane (a padding guard, a
+        concat's part): an if/else, so the taken branch's loads are the only ones made."""
+        var, lanes = self.vec
+        if not _same_for_lanes(e.cond, var, lanes, self.r.simp):
             return self._blend(e)
-        cond = self(e.cond)
+        if _mentions(e.cond, var):  # lane 0's decides
+            cond = self(self.r.simp(substitute(e.cond, {var: Const(0, INDEX)})))
+        else:
+            cond = self(e.cond)
         t = self.r.temp(self.type_of(e), None)
         self.r.emit(f"if ({cond}) {{")
         self._branch(t, e.t)
@@ -757,6 +834,8 @@ class _Printer:
     def _Call(self, e: Call) -> str:
         if e.func == "exp" and self.is_vec(e):
             return self._vector_exp(e.args[0])
+        if self.is_vec(e):
+            return self._lane_call(e)
         func = _RENAME.get(e.func, e.func)
         args = ", ".join(self(a) for a in e.args)
         dt = e.args[0].dtype
@@ -959,38 +1038,107 @@ def _vector_plan(s: For, simp: Simplifier, lang: Lang):
     for st in body:
         if lanes * SIZE[st.buffer.dtype] > lang.max_vector_bytes or st.buffer.dtype == "bool":
             return None
-        if not _stride_one(st.index, s.var, simp) or not _vector_expr(st.value, s, simp):
+        if not _stride_one(st.index, s.var, simp) or not _vector_expr(st.value, s, simp, lang):
             return None
         plan.append((st, simp(substitute(st.index, {s.var: Const(0, INDEX)}))))
     return lanes, plan
 
 
+def _same_for_lanes(cond: Expr, var: Var, lanes: int, simp: Simplifier) -> bool:
+    """Whether ``cond`` has one value for all ``lanes`` values of ``var`` (from 0) whatever
+    the other variables are: it does not mention ``var``, or it compares indices and
+    the lanes never straddle the bound (a channel concat at a multiple of the block:
+    ``16 * b + var < 224``), or it is an and/or of such."""
+    if not _mentions(cond, var):
+        return True
+    if not isinstance(cond, Binary):
+        return False
+    if cond.op in ("and", "or"):
+        return all(_same_for_lanes(x, var, lanes, simp) for x in (cond.a, cond.b))
+    if cond.op not in ("<", "<=", ">", ">=") or cond.a.dtype != INDEX:
+        return False
+    # as d < 0 over the integers: a < b, a <= b (a - b - 1 < 0), b < a, b <= a
+    lo, hi = (cond.a, cond.b) if cond.op in ("<", "<=") else (cond.b, cond.a)
+    d = simp.linear(Binary("-", lo, hi, INDEX))
+    c = d.const - (1 if cond.op in ("<=", ">=") else 0)
+    step = next((k for atom, k in d.terms.values() if atom is var), 0)
+    others = [k for atom, k in d.terms.values() if atom is not var]
+    if step == 0 or any(_mentions(atom, var) for atom, _ in d.terms.values() if atom is not var):
+        return False
+    if step < 0:  # d < 0 iff -d - 1 >= 0: the same lanes agree
+        c = -c - 1
+    span = abs(step) * lanes  # the lanes' d lie in [R, R + span): R a multiple of span
+    return c % span == 0 and all(k % span == 0 for k in others)
+
+
+def _convert_steps(src: str, dst: str) -> list[str]:
+    """The lane types a vector cast from ``src`` to ``dst`` goes through, ``dst`` last:
+    float and integers meet at 32 bits, and integers narrow by halves (int32 -> int16 ->
+    uint8 is a pack or two, int32 -> uint8 at once lane-by-lane moves: GCC 12, AVX2 and
+    aarch64). The values are those of the one scalar cast."""
+    steps = []
+    if src in FLOATS or dst in FLOATS:
+        if SIZE[src] < 4:  # a narrow integer to float: widened first
+            steps.append("int32")
+        if dst in FLOATS or SIZE[dst] == 4:
+            return [*steps, dst]
+        steps.append("int32")  # float to a narrow integer: truncated at 32 bits
+        src = "int32"
+    sign = "u" if dst.startswith("u") else ""
+    bits = SIZE[src] * 8 // 2
+    while bits > SIZE[dst] * 8:
+        steps.append(f"{sign}int{bits}")
+        bits //= 2
+    return [*steps, dst]
+
+
 def _stride_one(index: Expr, var: Var, simp: Simplifier) -> bool:
+    return _stride(index, var, simp) == 1
+
+
+def _stride(index: Expr, var: Var, simp: Simplifier) -> int | None:
+    """How far ``index`` moves when ``var`` does, when that is a constant."""
     nxt = substitute(index, {var: Binary("+", var, Const(1, INDEX), INDEX)})
     d = simp(Binary("-", nxt, index, INDEX))
-    return isinstance(d, Const) and d.value == 1
+    return int(d.value) if isinstance(d, Const) else None
 
 
-def _vector_expr(e: Expr, s: For, simp: Simplifier) -> bool:
-    """Lane-varying nodes must be + - * / (ints: + - *) or stride-1 loads."""
-    lanes_dt, lanes = None, int(s.extent.value)
+def _vector_expr(e: Expr, s: For, simp: Simplifier, lang: Lang) -> bool:
+    """Lane-varying nodes must be + - * / (ints: + - *), stride-1 loads, or what the
+    language vectorizes besides (see the module docstring)."""
+    lanes = int(s.extent.value)
     stack, seen = [e], set()
     while stack:
         n = stack.pop()
         if id(n) in seen or not _mentions(n, s.var):
             continue
         seen.add(id(n))
-        if lanes_dt is not None and n.dtype != lanes_dt:
+        if lanes * SIZE.get(n.dtype, 8) > lang.max_vector_bytes:
             return False
-        lanes_dt = n.dtype
         if isinstance(n, BufferLoad):
-            if not _stride_one(n.index, s.var, simp):
+            step = _stride(n.index, s.var, simp)
+            if step != 1 and (step is None or lang.vector_literal is None):
                 return False
             continue
         if isinstance(n, Unary) and n.op == "neg":
             stack.append(n.a)
             continue
-        if isinstance(n, Select) and not _mentions(n.cond, s.var):
+        if isinstance(n, Cast):
+            if lang.vector_convert is None or n.dtype not in _CAST_TYPES:
+                return False
+            if n.a.dtype not in _CAST_TYPES or lanes * SIZE[n.a.dtype] > lang.max_vector_bytes:
+                return False
+            stack.append(n.a)
+            continue
+        if isinstance(n, Call) and n.dtype == "float32":
+            if n.func == "exp":
+                stack.extend(n.args)  # inline arithmetic (see _Printer._vector_exp)
+                continue
+            if n.func in VECTOR_CALLS and lang.vector_lane_calls:
+                stack.extend(n.args)  # a loop over the lanes (see _Printer._lane_call)
+                continue
+            return False
+        if isinstance(n, Select) and _same_for_lanes(n.cond, s.var, lanes, simp):
             stack.extend((n.t, n.f))  # one branch for all lanes (see _vector_select)
             continue
         if isinstance(n, Select) and _lane_compare(n) and _blends(n.dtype, lanes):
@@ -998,9 +1146,6 @@ def _vector_expr(e: Expr, s: For, simp: Simplifier) -> bool:
             continue
         if isinstance(n, Binary) and n.op in ("min", "max") and _blends(n.dtype, lanes):
             stack.extend((n.a, n.b))
-            continue
-        if isinstance(n, Call) and n.func == "exp" and n.dtype == "float32":
-            stack.extend(n.args)  # inline arithmetic (see _Printer._vector_exp)
             continue
         if not isinstance(n, Binary) or n.op not in _VEC_OPS:
             return False

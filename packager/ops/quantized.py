@@ -818,7 +818,8 @@ def _tile_output(ctx: ScheduleContext, st_out, t_oc: int, t_ow: int, lanes: int)
     """The output's loops in tiles of ``t_oc`` channel blocks x ``t_ow`` columns, the
     tiles' rows on the thread pool; returns the tile's column loop (where the tile is
     computed). A blocked output (N, C/L, H, W, L) is the epilogue itself, each block of
-    L lanes one vector; an NCHW one copies the blocked epilogue out."""
+    L lanes one vector; an NCHW one copies the blocked epilogue out, a row of the tile's
+    columns one vector."""
     if len(st_out.op.axis) == 5:
         n, ob, oh, ow, oi = st_out.op.axis
         mo, mi = st_out.split(ob, t_oc)
@@ -830,6 +831,7 @@ def _tile_output(ctx: ScheduleContext, st_out, t_oc: int, t_ow: int, lanes: int)
         mo, mi = st_out.split(m, t_oc * lanes)
         owo, owi = st_out.split(ow, t_ow)
         st_out.reorder(n, mo, oh, owo, mi, owi)
+        st_out.vectorize(owi)  # a row of the plane: the tile's blocks read a lane apart
     if ctx.target.cores > 1:
         st_out.parallel(st_out.fuse(n, mo, oh))
     return owo

@@ -1,0 +1,230 @@
+"""The quantize / dequantize glue of integer models as vector code: lane-wise casts
+between float32 and integers (truncating, wrapping as the scalar casts do), rounding and
+other float math lane by lane, loads of a constant stride (a plane-per-channel NCHW
+input read into a block of channels), and index selects every lane of a vector decides
+alike (a channel concat at a multiple of the block). Each kernel is compared with numpy
+and with the same kernel left scalar."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from packager import te
+from packager.codegen.cstyle import _convert_steps
+
+from .te.helpers import run
+
+rng = np.random.default_rng(0)
+
+
+def _vector_and_scalar(shape, f, inputs, name, axis=-1):
+    """Outputs of ``o = compute(shape, f)`` with axis ``axis`` vectorized and not, and the
+    vectorized kernel's C."""
+    outs = []
+    for vector in (True, False):
+        ins = [te.placeholder(a.shape, str(a.dtype), f"x{k}") for k, a in enumerate(inputs)]
+        o = te.compute(shape, lambda *i, ins=ins: f(*ins, *i), name="o")
+        s = te.create_schedule(o)
+        if vector:
+            s[o].vectorize(s[o].op.axis[axis])
+        (got,), src = run(s, [*ins, o], name + ("" if vector else "_s"), inputs)
+        outs.append((got, src))
+    (got, src), (scalar, _) = outs
+    return got, scalar, src
+
+
+def _assert_vector(src, lanes, var="o_i1"):
+    assert f"/* {var}: {lanes} lanes */" in src, src
+    assert "#pragma GCC ivdep" not in src
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+@pytest.mark.parametrize("dtype,lo,hi", [("uint8", 0, 255), ("int8", -128, 127)])
+def test_quantize_is_vector_code(lanes, dtype, lo, hi):
+    """q = clamp(round(x / s) + z, lo, hi) as the integer type: round half to even, ties
+    on both sides of zero, saturation at both ends."""
+    s, z = np.float32(0.5), np.float32(3 if dtype == "uint8" else -2)
+    ties = np.array([0.25, 0.75, 1.25, -0.25, -0.75, -1.25, 64.0, -70.0, 200.0, -200.0])
+    x = np.concatenate([ties, rng.uniform(-80, 140, 8 * lanes - ties.size)]).astype(np.float32)
+    x = x.reshape(-1, lanes)
+
+    def f(t, i, c):
+        v = te.call("round", t[i, c] / te.const(s, "float32")) + te.const(z, "float32")
+        v = te.min_(te.max_(v, te.const(lo, "float32")), te.const(hi, "float32"))
+        return te.cast(dtype, v)
+
+    got, scalar, src = _vector_and_scalar(x.shape, f, [x], f"k_q{lanes}")
+    want = np.clip(np.rint(x / s) + z, lo, hi).astype(dtype)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(scalar, want)
+    _assert_vector(src, lanes)
+    # the float is truncated at 32 bits, then narrowed by halves; rounding is a lane loop
+    steps = re.findall(r"__builtin_convertvector\(", src)
+    assert len(steps) == 3
+    assert re.search(rf"for \(int pk_l\d+ = 0; pk_l\d+ < {lanes}; \+\+pk_l\d+\) .*nearbyintf", src)
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_dequantize_is_vector_code(lanes):
+    """(float(q) - z) * s from uint8 and int8, every value of the type."""
+    z, s = 5.0, 0.125
+    for dtype in ("uint8", "int8"):
+        info = np.iinfo(dtype)
+        q = np.arange(info.min, info.max + 1, dtype=np.int64).astype(dtype).reshape(-1, lanes)
+
+        def f(t, i, c):
+            v = te.cast("float32", t[i, c]) - te.const(z, "float32")
+            return v * te.const(s, "float32")
+
+        got, scalar, src = _vector_and_scalar(q.shape, f, [q], f"k_dq_{dtype}")
+        want = (q.astype(np.float32) - np.float32(z)) * np.float32(s)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(scalar, want)
+        _assert_vector(src, lanes)
+
+
+CASTS = [
+    ("float32", "int32"),
+    ("float32", "int16"),
+    ("float32", "uint8"),
+    ("float32", "int8"),
+    ("int32", "float32"),
+    ("uint8", "float32"),
+    ("int16", "float32"),
+    ("int32", "uint8"),
+    ("int32", "int8"),
+    ("int32", "int16"),
+    ("uint16", "uint8"),
+    ("uint8", "int32"),
+    ("int8", "int16"),
+]
+
+
+def _values(src: str, dst: str, n: int) -> np.ndarray:
+    """``n`` values of ``src``: from a float, ones that fit ``dst`` (a scalar cast of any
+    other is undefined); from an integer, its whole range (narrowing wraps)."""
+    if src == "float32":
+        info = np.iinfo(dst)
+        lo, hi = (info.min, info.max) if info.bits <= 16 else (-(2**24), 2**24)
+        v = rng.uniform(lo, hi, n)
+        v[:4] = [lo + 0.5, hi - 0.5, -0.75 if lo < 0 else 0.75, 0.0]
+        return v.astype(np.float32)
+    info = np.iinfo(src)
+    v = rng.integers(info.min, info.max, n, dtype=np.int64, endpoint=True)
+    v[:2] = [info.min, info.max]
+    return v.astype(src)
+
+
+@pytest.mark.parametrize("src,dst", CASTS)
+@pytest.mark.parametrize("lanes", [4, 16])
+def test_casts_match_the_scalar_cast(src, dst, lanes):
+    x = _values(src, dst, 6 * lanes).reshape(-1, lanes)
+    got, scalar, code = _vector_and_scalar(
+        x.shape, lambda t, i, c: te.cast(dst, t[i, c]), [x], f"k_cast_{src}_{dst}"
+    )
+    want = x.astype(dst)  # truncation toward zero; integers wrap
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(scalar, want)
+    _assert_vector(code, lanes)
+    assert code.count("__builtin_convertvector(") == len(_convert_steps(src, dst))
+
+
+def test_convert_steps():
+    assert _convert_steps("float32", "uint8") == ["int32", "uint16", "uint8"]
+    assert _convert_steps("float32", "int16") == ["int32", "int16"]
+    assert _convert_steps("float32", "uint32") == ["uint32"]  # not through int32
+    assert _convert_steps("uint8", "float32") == ["int32", "float32"]
+    assert _convert_steps("int32", "int8") == ["int16", "int8"]
+    assert _convert_steps("uint8", "int32") == ["int32"]
+
+
+@pytest.mark.parametrize("func", ["round", "floor", "ceil", "trunc", "sqrt", "abs"])
+def test_float_math_lane_by_lane(func):
+    x = rng.uniform(-9, 9, (5, 8)).astype(np.float32)
+    x[0] = [0.5, 1.5, 2.5, -0.5, -1.5, -0.0, 3.0, -7.25]
+    if func == "sqrt":
+        x = np.abs(x)
+    ref = {"round": np.rint, "abs": np.abs}.get(func) or getattr(np, func)
+    got, scalar, src = _vector_and_scalar(
+        x.shape, lambda t, i, c: te.call(func, t[i, c]) * te.const(2.0, "float32"), [x], f"k_{func}"
+    )
+    want = ref(x) * np.float32(2)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    np.testing.assert_array_equal(scalar, want)
+    _assert_vector(src, 8)
+
+
+def test_strided_loads_fill_a_vector_lane_by_lane():
+    """A block of 16 channels from an NCHW tensor: each lane reads its own channel plane,
+    H * W floats apart, and the block is one vector."""
+    c, h, w = 32, 3, 5
+    x = rng.standard_normal((c, h, w)).astype(np.float32)
+
+    def f(t, b, i, j, k):
+        return t[b * 16 + k, i, j] * te.const(3.0, "float32")
+
+    got, scalar, src = _vector_and_scalar((2, h, w, 16), f, [x], "k_block")
+    want = x.reshape(2, 16, h, w).transpose(0, 2, 3, 1) * np.float32(3)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(scalar, want)
+    _assert_vector(src, 16, "o_i3")
+    assert re.search(rf"\{{x0\[pk_t\d+\], x0\[pk_t\d+ \+ {h * w}\], ", src)
+
+
+def _concat(bound):
+    """Two NCHW tensors of ``bound`` and 48 - ``bound`` channels into 16-channel blocks."""
+    a = rng.standard_normal((bound, 4)).astype(np.float32)
+    b = rng.standard_normal((48 - bound, 4)).astype(np.float32)
+
+    def f(ta, tb, blk, j, k):
+        ch = blk * 16 + k
+        return te.select(ch < bound, ta[ch, j], tb[ch - bound, j])
+
+    got, scalar, src = _vector_and_scalar((3, 4, 16), f, [a, b], f"k_cat{bound}")
+    want = np.concatenate([a, b]).reshape(3, 16, 4).transpose(0, 2, 1)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(scalar, want)
+    return src
+
+
+def test_concat_at_a_block_boundary_is_one_branch_per_vector():
+    src = _concat(32)
+    _assert_vector(src, 16, "o_i2")
+    assert re.search(r"if \(\(\(?o_i0 \* 16\)? < 32\)\)", src), src
+
+
+def test_concat_inside_a_block_keeps_the_scalar_loop():
+    src = _concat(24)  # the middle block holds channels of both parts
+    assert "lanes */" not in src and "#pragma GCC ivdep" in src
+
+
+@pytest.mark.parametrize("op", ["<", "<=", ">", ">="])
+@pytest.mark.parametrize("sign", [1, -1])
+@pytest.mark.parametrize("bound", [32, 31, 33])
+def test_index_selects_decided_per_vector_where_they_can_be(op, sign, bound):
+    """select(+-(16 b + k) OP +-bound, x, -x) over 16-lane blocks: the comparisons the
+    lanes of a block always agree on are one branch, the others stay scalar, all
+    correct."""
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    cmp = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal}
+
+    def f(t, blk, k):
+        ch = (blk * 16 + k) * sign
+        bnd = te.const(bound * sign, "int64")
+        cond = {"<": ch < bnd, "<=": ch <= bnd, ">": ch > bnd, ">=": ch >= bnd}[op]
+        return te.select(cond, t[blk, k], -t[blk, k])
+
+    got, scalar, src = _vector_and_scalar(x.shape, f, [x], "k_idx")
+    ch = np.arange(64).reshape(4, 16) * sign
+    want = np.where(cmp[op](ch, bound * sign), x, -x)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(scalar, want)
+    # the lanes agree when the first true (or false) channel starts a block
+    first = {"<": bound, "<=": bound + 1, ">": bound + 1, ">=": bound}[op]
+    if sign < 0:
+        first = {"<": bound + 1, "<=": bound, ">": bound, ">=": bound + 1}[op]
+    assert ("/* o_i1: 16 lanes */" in src) == (first % 16 == 0)
