@@ -73,7 +73,8 @@ What every C-like language shares (the semantics the IR asks for):
   lane by lane and min/max become a compare mask and a ``bitcast`` blend; where the
   language has them, loads of a constant stride (``vector_literal``), casts between
   float32 and 8-32 bit integers (``vector_convert``; a float narrowing to 8 or 16 bits
-  goes through int32 and int16, the steps vector ISAs have) and rounding, sqrt and
+  goes through int32 and int16, the steps vector ISAs have; no step through a vector
+  under 8 bytes, which GCC emulates in general registers) and rounding, sqrt and
   fabs (``vector_lane_calls``) too: the quantize and dequantize glue of integer
   models. Other bodies fall back to a scalar loop (with ``ivdep_pragma`` only when no
   stored buffer is read at another index);
@@ -639,7 +640,9 @@ class _Printer:
         start = self.r.simp(substitute(e.index, {self.vec[0]: Const(0, INDEX)}))
         base = self(start)
         step = _stride(e.index, self.vec[0], self.r.simp)
-        if step != 1:  # _vector_expr checked the stride is constant
+        if step is None:
+            return self._gather(e)
+        if step != 1:
             return self._strided_load(e, buf, base, step)
         t = self.r.temp(self.type_of(e), None)
         fill = dict(dst=t, type=self.type_of(e), buf=buf, index=base, lanes=self.vec[1])
@@ -650,16 +653,31 @@ class _Printer:
         return t
 
     def _strided_load(self, e: BufferLoad, buf: str, base: str, step: int) -> str:
-        """A vector of elements ``step`` apart, one a lane: 16-byte literals joined in
-        pairs (a wider literal of 32-bit integers GCC assembles in general registers and
-        reloads through the stack; 16-byte ones are vpinsrd / vinsertps / ins)."""
+        """A vector of elements ``step`` apart, one a lane."""
         if not _is_temp(base) and not base.isdigit():
             base = self.r.temp(self.r.ctype(INDEX), base)
-        dt, lanes = e.dtype, self.vec[1]
         elems = [f"{buf}[{base}]"] + [
             f"{buf}[{base} + {_literal(Const(k * step, INDEX), self.lang)}]"
-            for k in range(1, lanes)
+            for k in range(1, self.vec[1])
         ]
+        return self._lanes_literal(e.dtype, elems)
+
+    def _gather(self, e: Expr) -> str:
+        """A vector whose lanes are computed one at a time as scalars (``_gatherable``:
+        a load at an index that is not a constant stride, a select of such): the rest
+        of the expression stays vector code."""
+        var, lanes = self.vec
+        elems = []
+        for k in range(lanes):
+            lane = self.r.simp(substitute(e, {var: Const(k, INDEX)}))
+            elems.append(self.r.temp(self.r.ctype(e.dtype), self(lane)))
+        return self._lanes_literal(e.dtype, elems)
+
+    def _lanes_literal(self, dt: str, elems: list[str]) -> str:
+        """A vector of the scalars ``elems``, one a lane: 16-byte literals joined in pairs
+        (a wider literal of 32-bit integers GCC assembles in general registers and
+        reloads through the stack; 16-byte ones are vpinsrd / vinsertps / ins)."""
+        lanes = len(elems)
         n = min(lanes, max(1, 16 // SIZE[dt]))
         parts = []
         for k in range(0, lanes, n):
@@ -729,7 +747,9 @@ class _Printer:
         concat's part): an if/else, so the taken branch's loads are the only ones made."""
         var, lanes = self.vec
         if not _same_for_lanes(e.cond, var, lanes, self.r.simp):
-            return self._blend(e)
+            if _lane_compare(e) and _blends(e.dtype, lanes):
+                return self._blend(e)
+            return self._gather(e)
         if _mentions(e.cond, var):  # lane 0's decides
             cond = self(self.r.simp(substitute(e.cond, {var: Const(0, INDEX)})))
         else:
@@ -1040,8 +1060,31 @@ def _vector_plan(s: For, simp: Simplifier, lang: Lang):
             return None
         if not _stride_one(st.index, s.var, simp) or not _vector_expr(st.value, s, simp, lang):
             return None
+        if _copy_of_selects(st.value, s.var, lanes, simp):
+            return None
         plan.append((st, simp(substitute(st.index, {s.var: Const(0, INDEX)}))))
     return lanes, plan
+
+
+def _copy_of_selects(e: Expr, var: Var, lanes: int, simp: Simplifier) -> bool:
+    """A stored value that is (a cast of) a select gathered lane by lane: nothing is left
+    for vector code to do, and each lane's own branches cost more than the scalar loop
+    (a padded copy of an NCHW input into blocks ran 1.74x slower gathered)."""
+    while isinstance(e, Cast):
+        e = e.a
+    return (
+        isinstance(e, Select)
+        and not _same_for_lanes(e.cond, var, lanes, simp)
+        and not (_lane_compare(e) and _blends(e.dtype, lanes))
+    )
+
+
+def _gatherable(e: Expr, var: Var) -> bool:
+    """A select of loads and lane-invariant values (any condition): the value of each
+    lane is cheap to compute on its own (a concat part read at a clamped channel)."""
+    if not _mentions(e, var) or isinstance(e, BufferLoad):
+        return True
+    return isinstance(e, Select) and _gatherable(e.t, var) and _gatherable(e.f, var)
 
 
 def _same_for_lanes(cond: Expr, var: Var, lanes: int, simp: Simplifier) -> bool:
@@ -1116,10 +1159,9 @@ def _vector_expr(e: Expr, s: For, simp: Simplifier, lang: Lang) -> bool:
         if lanes * SIZE.get(n.dtype, 8) > lang.max_vector_bytes:
             return False
         if isinstance(n, BufferLoad):
-            step = _stride(n.index, s.var, simp)
-            if step != 1 and (step is None or lang.vector_literal is None):
+            if _stride(n.index, s.var, simp) != 1 and lang.vector_literal is None:
                 return False
-            continue
+            continue  # contiguous, strided, or gathered lane by lane (see _gather)
         if isinstance(n, Unary) and n.op == "neg":
             stack.append(n.a)
             continue
@@ -1127,6 +1169,11 @@ def _vector_expr(e: Expr, s: For, simp: Simplifier, lang: Lang) -> bool:
             if lang.vector_convert is None or n.dtype not in _CAST_TYPES:
                 return False
             if n.a.dtype not in _CAST_TYPES or lanes * SIZE[n.a.dtype] > lang.max_vector_bytes:
+                return False
+            # a vector under 8 bytes is an emulated one (GCC: general registers); an
+            # image's 4-channel quad quantized so ran 1.47x slower than the scalar loop
+            steps = [n.a.dtype, *_convert_steps(n.a.dtype, n.dtype)]
+            if lanes * min(SIZE[dt] for dt in steps) < 8:
                 return False
             stack.append(n.a)
             continue
@@ -1147,6 +1194,8 @@ def _vector_expr(e: Expr, s: For, simp: Simplifier, lang: Lang) -> bool:
         if isinstance(n, Binary) and n.op in ("min", "max") and _blends(n.dtype, lanes):
             stack.extend((n.a, n.b))
             continue
+        if isinstance(n, Select) and lang.vector_literal is not None and _gatherable(n, s.var):
+            continue  # each lane picks and loads on its own (see _gather)
         if not isinstance(n, Binary) or n.op not in _VEC_OPS:
             return False
         if n.op == "/" and n.dtype not in FLOATS:
