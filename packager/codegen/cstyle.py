@@ -75,9 +75,11 @@ What every C-like language shares (the semantics the IR asks for):
   float32 and 8-32 bit integers (``vector_convert``; a float narrowing to 8 or 16 bits
   goes through int32 and int16, the steps vector ISAs have; no step through a vector
   under 8 bytes, which GCC emulates in general registers) and rounding, sqrt and
-  fabs (``vector_lane_calls``) too: the quantize and dequantize glue of integer
-  models. Other bodies fall back to a scalar loop (with ``ivdep_pragma`` only when no
-  stored buffer is read at another index);
+  fabs (``vector_lane_calls``) too, and loads at any other index and selects of them
+  lane by lane under vector arithmetic (a value that is only such a select, a copy,
+  stays scalar): the quantize and dequantize glue of integer models. Other bodies
+  fall back to a scalar loop (with ``ivdep_pragma`` only when no stored buffer is
+  read at another index);
 * kernel arguments are ``restrict`` except those in ``PrimFunc.may_alias`` (an output
   written in place over an input, see graph/memory.py);
 * subexpressions shared within one store (after inlining) become ``const`` locals,
