@@ -279,3 +279,23 @@ def test_concat_with_a_clamped_channel_gathers_and_quantizes_in_vectors():
     np.testing.assert_array_equal(scalar, want)
     _assert_vector(src, 16, "o_i2")
     assert "__builtin_convertvector(" in src and "__builtin_shufflevector(" in src
+
+
+def test_gathered_loads_at_computed_indices_share_their_index_math():
+    """Nearest-neighbour reads (an index computed in float from the lane's own position,
+    used by two loads): each lane's index is its own scalar code, never a vector temp
+    naming the lane variable."""
+    x = rng.standard_normal((3, 10)).astype(np.float32)
+
+    def f(t, i, j):
+        pos = te.call("floor", te.cast("float32", j) * te.const(0.6, "float32"))
+        k0 = te.cast("int64", pos)
+        k1 = te.cast("int64", pos + te.const(1.0, "float32"))
+        return t[i, te.min_(k0, te.const(9, "int64"))] + t[i, te.min_(k1, te.const(9, "int64"))]
+
+    got, scalar, src = _vector_and_scalar((3, 16), f, [x], "k_nearest")
+    k = np.floor(np.arange(16, dtype=np.float32) * np.float32(0.6)).astype(np.int64)
+    want = x[:, np.minimum(k, 9)] + x[:, np.minimum(k + 1, 9)]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(scalar, want)
+    _assert_vector(src, 16)

@@ -546,9 +546,11 @@ class Renderer(StmtVisitor):
         printer = _Printer(self, names, vec)
         for n in shared:
             # A lane-varying index is only ever a load's address, which is rendered
-            # from its lane-0 base; as a temp it would name the (undeclared) lane var.
-            if vec is not None and n.dtype == INDEX and printer.is_vec(n):
-                continue
+            # from its lane-0 base (or lane by lane, gathered); as a temp it would name
+            # the (undeclared) lane var, as would any part of a gathered load's index.
+            if vec is not None and printer.is_vec(n):
+                if n.dtype == INDEX or _mentions(n, vec[0], in_loads=False):
+                    continue
             names[id(n)] = self.temp(printer.type_of(n), printer(n))
         out = [printer(r) for r in roots]
         if vec_root:
@@ -952,13 +954,15 @@ def read_only(s: Stmt) -> set:
     return {b for k, b in uses.loaded.items() if k not in uses.stored}
 
 
-def _mentions(e: Expr, var: Var) -> bool:
+def _mentions(e: Expr, var: Var, in_loads: bool = True) -> bool:
+    """Whether ``e`` uses ``var``; with ``in_loads`` False, not counting the indices of
+    its loads."""
     stack, seen = [e], set()
     while stack:
         n = stack.pop()
         if n is var:
             return True
-        if id(n) not in seen:
+        if id(n) not in seen and (in_loads or not isinstance(n, BufferLoad)):
             seen.add(id(n))
             stack.extend(children(n))
     return False
