@@ -281,6 +281,30 @@ def test_concat_with_a_clamped_channel_gathers_and_quantizes_in_vectors():
     assert "__builtin_convertvector(" in src and "__builtin_shufflevector(" in src
 
 
+@pytest.mark.parametrize("vector_bits", [128, 256, 512])
+def test_image_quads_quantize_four_pixels_a_vector(vector_bits):
+    """An RGB image into uint8 quads (the int8 layout's input, a channel per byte and the
+    fourth repeating the third): the default schedule fuses each row with its quads and
+    stores 16 bytes (4 pixels) a vector at every vector width, the pixels' channels
+    gathered lane by lane; bytes equal to the scalar quantize's."""
+    from packager.ops.quantized import quantize_blocked
+    from packager.target import CpuTarget
+    from packager.te.schedule import default_schedule
+
+    img = rng.uniform(-2, 2, (1, 3, 4, 12)).astype(np.float32)
+    img[0, :, 0, :4] = [[0.0, 0.125, -0.125, 0.375]] * 3  # ties at a scale of 0.25
+    scale, zp = np.array(0.25, np.float32), np.array(128, np.uint8)
+    ins = [te.placeholder(a.shape, str(a.dtype), f"x{k}") for k, a in enumerate([img, scale, zp])]
+    (q,) = quantize_blocked(ins, {"block": 4})
+    sch = default_schedule([q], CpuTarget(vector_bits=vector_bits, features=()))
+    (got,), src = run(sch, [*ins, q], f"k_quads{vector_bits}", [img, scale, zp])
+    want = np.clip(np.rint(img / scale) + 128, 0, 255).astype(np.uint8)
+    want = want[:, [0, 1, 2, 2]].transpose(0, 2, 3, 1)[:, None]
+    np.testing.assert_array_equal(got, want)
+    assert re.search(r"/\* \w+: 16 lanes \*/", src)
+    assert "pk_u8x16" in src and "#pragma GCC ivdep" not in src
+
+
 def test_gathered_loads_at_computed_indices_share_their_index_math():
     """Nearest-neighbour reads (an index computed in float from the lane's own position,
     used by two loads): each lane's index is its own scalar code, never a vector temp

@@ -227,6 +227,7 @@ class Simplifier:
             lin = Linear(c=int(e.value))
         elif isinstance(e, Binary) and e.op in ("+", "-"):
             lin = self.linear(e.a).plus(self.linear(e.b), 1 if e.op == "+" else -1)
+            lin = self._rejoin_divmod(lin)
         elif isinstance(e, Binary) and e.op == "*" and isinstance(e.b, Const):
             lin = self.linear(e.a).scaled(int(e.b.value))
         elif isinstance(e, Binary) and e.op == "*" and isinstance(e.a, Const):
@@ -256,6 +257,35 @@ class Simplifier:
             out = self.intern(Binary(op, out, self.intern(_ic(abs(lin.const))), INDEX))
         self.lin[id(out)] = (out, lin)
         return out
+
+    def _rejoin_divmod(self, lin: Linear) -> Linear:
+        """``k*c*(x / c) + k*(x % c)`` -> ``k*x`` (floor or trunc pairs alike): a fused
+        axis split again indexes its parts so (the quads of a byte row, schedule.py)."""
+        pairs = {"floordiv": "floormod", "truncdiv": "truncmod"}
+        for key, (atom, k) in list(lin.terms.items()):
+            if not (isinstance(atom, Binary) and atom.op in pairs and isinstance(atom.b, Const)):
+                continue
+            c = int(atom.b.value)
+            if c <= 0 or k % c or key not in lin.terms:
+                continue
+            mod = next(
+                (
+                    mk
+                    for mk, (m, mc) in lin.terms.items()
+                    if isinstance(m, Binary)
+                    and m.op == pairs[atom.op]
+                    and m.a is atom.a
+                    and isinstance(m.b, Const)
+                    and int(m.b.value) == c
+                    and mc == k // c
+                ),
+                None,
+            )
+            if mod is None:
+                continue
+            rest = {t: v for t, v in lin.terms.items() if t not in (key, mod)}
+            lin = Linear(rest, lin.const).plus(self.linear(atom.a).scaled(k // c))
+        return lin
 
     def _div(self, e: Binary) -> Expr:
         a, b = e.a, e.b

@@ -67,3 +67,19 @@ def test_hash_consing_shares_equal_subtrees():
 def test_single_value_range_folds():
     v, r = _ranges(n=(0, 0), i=(0, 7))
     assert text(simplify(v["n"] * 100 + v["i"], r)) == "i"
+
+
+def test_quotient_and_remainder_rejoin():
+    """k*c*(x / c) + k*(x % c) is k*x: a fused axis split again (a byte row's quads)
+    indexes its parts so; floor and trunc pairs alike, whatever x's sign."""
+    v, r = _ranges(f=(0, 15), o=(0, 55))
+    x = v["o"] * 16 + v["f"]
+    e = simplify(x // 4 * 4 + x % 4, r)
+    assert text(e) == "((o * 16) + f)"
+    e = simplify((x // 4 * 4 + x % 4) * 3 + 7, r)
+    assert text(e) == "(((o * 48) + (f * 3)) + 7)"
+    y = Var("y")  # unbounded: floor division stays floor, and still rejoins
+    assert simplify(y // 8 * 8 + y % 8) is y
+    # a remainder of another divisor or coefficient is left alone
+    assert text(simplify(y // 8 * 8 + y % 4)) != "y"
+    assert text(simplify(y // 8 * 16 + y % 8)) != "y"
