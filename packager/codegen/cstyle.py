@@ -750,10 +750,9 @@ class _Printer:
         """A select whose condition is the same for every lane (a padding guard, a
         concat's part): an if/else, so the taken branch's loads are the only ones made."""
         var, lanes = self.vec
-        if not _same_for_lanes(e.cond, var, lanes, self.r.simp):
-            if _lane_compare(e) and _blends(e.dtype, lanes):
-                return self._blend(e)
-            return self._gather(e)
+        form = _select_form(e, var, lanes, self.r.simp)
+        if form != "branch":
+            return self._blend(e) if form == "blend" else self._gather(e)
         if _mentions(e.cond, var):  # lane 0's decides
             cond = self(self.r.simp(substitute(e.cond, {var: Const(0, INDEX)})))
         else:
@@ -1078,11 +1077,16 @@ def _copy_of_selects(e: Expr, var: Var, lanes: int, simp: Simplifier) -> bool:
     (a padded copy of an NCHW input into blocks ran 1.74x slower gathered)."""
     while isinstance(e, Cast):
         e = e.a
-    return (
-        isinstance(e, Select)
-        and not _same_for_lanes(e.cond, var, lanes, simp)
-        and not (_lane_compare(e) and _blends(e.dtype, lanes))
-    )
+    return isinstance(e, Select) and _select_form(e, var, lanes, simp) == "gather"
+
+
+def _select_form(e: Select, var: Var, lanes: int, simp: Simplifier) -> str:
+    """How a lane-varying select becomes vector code: "branch" (its condition is the
+    same for every lane: an if/else), "blend" (each lane compares data of the select's
+    own type: a compare mask), else "gather" (each lane on its own, see _gatherable)."""
+    if _same_for_lanes(e.cond, var, lanes, simp):
+        return "branch"
+    return "blend" if _lane_compare(e) and _blends(e.dtype, lanes) else "gather"
 
 
 def _gatherable(e: Expr, var: Var) -> bool:
@@ -1191,17 +1195,18 @@ def _vector_expr(e: Expr, s: For, simp: Simplifier, lang: Lang) -> bool:
                 stack.extend(n.args)  # a loop over the lanes (see _Printer._lane_call)
                 continue
             return False
-        if isinstance(n, Select) and _same_for_lanes(n.cond, s.var, lanes, simp):
-            stack.extend((n.t, n.f))  # one branch for all lanes (see _vector_select)
-            continue
-        if isinstance(n, Select) and _lane_compare(n) and _blends(n.dtype, lanes):
-            stack.extend((n.cond.a, n.cond.b, n.t, n.f))  # a blend (see _blend)
+        if isinstance(n, Select):
+            form = _select_form(n, s.var, lanes, simp)
+            if form == "branch":  # one branch for all lanes (see _vector_select)
+                stack.extend((n.t, n.f))
+            elif form == "blend":  # a compare mask (see _blend)
+                stack.extend((n.cond.a, n.cond.b, n.t, n.f))
+            elif lang.vector_literal is None or not _gatherable(n, s.var):
+                return False  # else each lane picks and loads on its own (see _gather)
             continue
         if isinstance(n, Binary) and n.op in ("min", "max") and _blends(n.dtype, lanes):
             stack.extend((n.a, n.b))
             continue
-        if isinstance(n, Select) and lang.vector_literal is not None and _gatherable(n, s.var):
-            continue  # each lane picks and loads on its own (see _gather)
         if not isinstance(n, Binary) or n.op not in _VEC_OPS:
             return False
         if n.op == "/" and n.dtype not in FLOATS:
