@@ -13,6 +13,9 @@ producer can write it so and every reader can read it so, and then no op repacks
   3-channel image is one quad per pixel).
 - readers: a full or depthwise qconv2d's activation (a quad of channels never crosses a
   block, as B is a multiple of 4), any qconv2d's residual, qadd's operands.
+- islands (int8_islands.py): the float ops per element between a qconv2d and a
+  per-tensor quantize, blocked with the conv's output when the quantize's readers read
+  its block too; the quantize then writes the block itself.
 - both: an integer max_pool (the block of its input; it pools each lane alike, and the
   channels past C hold values no reader keeps), an integer channel shuffle and an
   integer channel concat (int_moves.py; the block of their inputs where those hold no
@@ -34,6 +37,7 @@ from dataclasses import replace
 
 from ..ir import Graph, Node
 from ..uses import consumers, producers
+from .int8_islands import find_islands, rewrite_island
 from .pack_gemm_weights import _block
 
 _INT = ("int8", "uint8")
@@ -52,17 +56,24 @@ class _Layout:
         self.lanes = lanes
         self.prod = producers(graph)
         self.cons = consumers(graph)
+        self.islands = find_islands(graph, self.prod, self.cons)  # by the conv's output
+        self.tails = {i.tail: i for i in self.islands.values()}
 
     def run(self) -> Graph:
         block = self.decide()
         if not block:
             return self.graph
         values = dict(self.graph.values)
+        chains = {}
+        for island in self.islands.values():
+            if island.source in block and island.tail in block:
+                block.update(dict.fromkeys(island.values(self.graph), island.block))
+                chains.update(rewrite_island(self.graph, island, values))
         for name, b in block.items():
-            v = values[name]
+            v = self.graph.values[name]
             n, c, h, w = v.shape
             values[name] = replace(v, shape=(n, -(-c // b), h, w, b))
-        nodes = [self.rewrite(node, block) for node in self.graph.nodes]
+        nodes = [self.rewrite(chains.get(k, n), block) for k, n in enumerate(self.graph.nodes)]
         return replace(self.graph, nodes=nodes, values=values)
 
     # --- which values ---------------------------------------------------------
@@ -92,6 +103,9 @@ class _Layout:
                     dropped |= {v, *node.inputs} if whole else {v}
                 else:
                     block[v] = b
+            for island in self.islands.values():  # the conv's block is read by its island
+                if island.tail not in cand or island.tail in dropped:
+                    dropped.add(island.source)
             if not dropped & cand:
                 return block
             cand -= dropped
@@ -119,6 +133,9 @@ class _Layout:
             # blocks: no channels past C in any part
             whole = b is not None and all(vals[i].shape[1] % b == 0 for i in node.inputs)
             return b if whole else None
+        island = self.tails.get(node.outputs[0])
+        if island is not None and block is not None and island.source in block:
+            return island.block  # the island's values are blocked alike
         if node.op == "quantize_linear" and self.quantize_ok(node):
             c = vals[node.inputs[0]].shape[1]
             return self.lanes if c >= self.lanes else -(-c // 4) * 4
@@ -150,6 +167,8 @@ class _Layout:
         return along and all(len(x.shape) == 4 and x.dtype in _INT for x in xs)
 
     def reads_blocked(self, node: Node, v: str) -> bool:
+        if v in self.islands:
+            return node is self.graph.nodes[self.islands[v].nodes[0]]
         if node.op == "qadd":
             return True
         if node.op == "max_pool":
@@ -178,7 +197,7 @@ class _Layout:
     def rewrite(self, node: Node, block: dict[str, int]) -> Node:
         attrs = dict(node.attrs)
         op = node.op
-        if node.outputs[0] in block and op == "quantize_linear":
+        if node.outputs[0] in block and op == "quantize_linear" and node.inputs[0] not in block:
             op = "quantize_blocked"
             attrs["block"] = block[node.outputs[0]]
         if op == "max_pool" and node.outputs[0] in block:
