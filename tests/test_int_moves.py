@@ -1,6 +1,6 @@
 """A channel shuffle or concat between QuantizeLinear/DequantizeLinear of one scale runs
 on the integers, blocked between the integer convs (graph/passes/int_moves.py); of two
-scales it stays float. Both equal ONNX Runtime running the QDQ graph in float."""
+scales it stays float (blocked floats). Both equal ONNX Runtime running the QDQ graph in float."""
 
 from __future__ import annotations
 
@@ -70,11 +70,12 @@ def _shuffle_net(second_scale: float, c: int) -> onnx.ModelProto:
 
 @pytest.mark.parametrize(
     "second_scale,c,integer,blocked",
-    [(0.05, 32, True, True), (0.05, 24, True, False), (0.07, 32, False, False)],
+    [(0.05, 32, True, True), (0.05, 24, True, False), (0.07, 32, False, True)],
 )
 def test_shuffle_between_one_scale_runs_on_the_integers(second_scale, c, integer, blocked):
     """24 channels do not fill whole blocks of 16 (nor 8): the shuffle then runs on the
-    NCHW integers (a blocked shuffle would index the padded channels)."""
+    NCHW integers (a blocked shuffle would index the padded channels). Of two scales it
+    shuffles the dequantized floats, blocked like the conv's integers."""
     model = _shuffle_net(second_scale, c)
     graph, _ = prepare_graph(model, disabled_passes={"fuse"})
     (shuffle,) = [n for n in graph.nodes if n.op == "channel_shuffle"]

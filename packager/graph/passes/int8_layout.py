@@ -13,9 +13,12 @@ producer can write it so and every reader can read it so, and then no op repacks
   3-channel image is one quad per pixel).
 - readers: a full or depthwise qconv2d's activation (a quad of channels never crosses a
   block, as B is a multiple of 4), any qconv2d's residual, qadd's operands.
-- islands (int8_islands.py): the float ops per element between a qconv2d and a
-  per-tensor quantize, blocked with the conv's output when the quantize's readers read
-  its block too; the quantize then writes the block itself.
+- a per-tensor DequantizeLinear whose every reader the float layout pass runs blocked
+  when its input is (layout_rules.keeps_blocks: concats, pools, ops per element or per
+  channel, quantizes): its floats are then blocked alike, and the float ops between
+  integer ops (DenseNet's batch norms and concats, a Scale after a conv) read and write
+  blocks, quantize_blocked becoming a plain quantize of blocked floats. Only where the
+  float layout pass runs, and the channels are whole blocks.
 - both: an integer max_pool (the block of its input; it pools each lane alike, and the
   channels past C hold values no reader keeps), an integer channel shuffle and an
   integer channel concat (int_moves.py; the block of their inputs where those hold no
@@ -36,8 +39,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import Graph, Node
-from ..uses import consumers, producers
-from .int8_islands import find_islands, rewrite_island
+from ..uses import consumers, producers, scalar_qparams
+from .layout import block_size
+from .layout_rules import keeps_blocks
 from .pack_gemm_weights import _block
 
 _INT = ("int8", "uint8")
@@ -47,33 +51,28 @@ _WHOLE = ("qadd", "max_pool", "channel_shuffle", "concat")
 
 def int8_layout(graph: Graph, ctx=None) -> Graph:
     lanes = max(_block(ctx), 4) if ctx is not None else 4
-    return _Layout(graph, lanes).run()
+    floats = ctx is not None and "layout" not in ctx.disabled and block_size(ctx) is not None
+    return _Layout(graph, lanes, floats).run()
 
 
 class _Layout:
-    def __init__(self, graph: Graph, lanes: int):
+    def __init__(self, graph: Graph, lanes: int, float_blocks: bool = False):
         self.graph = graph
         self.lanes = lanes
+        self.float_blocks = float_blocks  # the float layout pass runs after this one
         self.prod = producers(graph)
         self.cons = consumers(graph)
-        self.islands = find_islands(graph, self.prod, self.cons)  # by the conv's output
-        self.tails = {i.tail: i for i in self.islands.values()}
 
     def run(self) -> Graph:
         block = self.decide()
         if not block:
             return self.graph
         values = dict(self.graph.values)
-        chains = {}
-        for island in self.islands.values():
-            if island.source in block and island.tail in block:
-                block.update(dict.fromkeys(island.values(self.graph), island.block))
-                chains.update(rewrite_island(self.graph, island, values))
         for name, b in block.items():
-            v = self.graph.values[name]
+            v = values[name]
             n, c, h, w = v.shape
             values[name] = replace(v, shape=(n, -(-c // b), h, w, b))
-        nodes = [self.rewrite(chains.get(k, n), block) for k, n in enumerate(self.graph.nodes)]
+        nodes = [self.rewrite(node, block) for node in self.graph.nodes]
         return replace(self.graph, nodes=nodes, values=values)
 
     # --- which values ---------------------------------------------------------
@@ -103,9 +102,9 @@ class _Layout:
                     dropped |= {v, *node.inputs} if whole else {v}
                 else:
                     block[v] = b
-            for island in self.islands.values():  # the conv's block is read by its island
-                if island.tail not in cand or island.tail in dropped:
-                    dropped.add(island.source)
+            for v, b in block.items():  # dequantized blocks: whole ones
+                if self.graph.values[v].shape[1] % b and self.dequantized(v):
+                    dropped.add(v)
             if not dropped & cand:
                 return block
             cand -= dropped
@@ -133,9 +132,6 @@ class _Layout:
             # blocks: no channels past C in any part
             whole = b is not None and all(vals[i].shape[1] % b == 0 for i in node.inputs)
             return b if whole else None
-        island = self.tails.get(node.outputs[0])
-        if island is not None and block is not None and island.source in block:
-            return island.block  # the island's values are blocked alike
         if node.op == "quantize_linear" and self.quantize_ok(node):
             c = vals[node.inputs[0]].shape[1]
             return self.lanes if c >= self.lanes else -(-c // 4) * 4
@@ -166,9 +162,26 @@ class _Layout:
         along = node.op != "concat" or node.attrs.get("axis") == 1  # (the importer's axis)
         return along and all(len(x.shape) == 4 and x.dtype in _INT for x in xs)
 
+    def dequantized(self, v: str) -> bool:
+        return any(self.graph.nodes[k].op == "dequantize_linear" for k in self.cons[v])
+
+    def dequantizes_into_blocks(self, node: Node, v: str) -> bool:
+        """A per-tensor DequantizeLinear of v whose floats the layout pass keeps blocked."""
+        out = node.outputs[0]
+        vals = self.graph.values
+        return (
+            self.float_blocks
+            and node.inputs[0] == v
+            and scalar_qparams(vals, node) is not None
+            and len(vals[out].shape) == 4
+            and out not in self.graph.outputs
+            and bool(self.cons.get(out))
+            and all(keeps_blocks(self.graph, self.graph.nodes[k]) for k in self.cons[out])
+        )
+
     def reads_blocked(self, node: Node, v: str) -> bool:
-        if v in self.islands:
-            return node is self.graph.nodes[self.islands[v].nodes[0]]
+        if node.op == "dequantize_linear":
+            return self.dequantizes_into_blocks(node, v)
         if node.op == "qadd":
             return True
         if node.op == "max_pool":
@@ -197,7 +210,7 @@ class _Layout:
     def rewrite(self, node: Node, block: dict[str, int]) -> Node:
         attrs = dict(node.attrs)
         op = node.op
-        if node.outputs[0] in block and op == "quantize_linear" and node.inputs[0] not in block:
+        if node.outputs[0] in block and op == "quantize_linear":
             op = "quantize_blocked"
             attrs["block"] = block[node.outputs[0]]
         if op == "max_pool" and node.outputs[0] in block:

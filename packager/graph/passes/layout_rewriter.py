@@ -18,6 +18,8 @@ from .layout_pack import blocked_shape, pack_operand
 # The smallest channel block: 4 float lanes, a 128-bit vector (a target with fewer lanes
 # blocks by its own). Smaller blocks would leave most of a vector idle.
 MIN_BLOCK = 4
+# floats, and the integers a per-tensor QuantizeLinear makes of blocked floats
+BLOCKABLE = ("float32", "int8", "uint8")
 
 
 def fitting_block(channels: int, lanes: int) -> int | None:
@@ -66,6 +68,8 @@ class Rewriter:
             if new is None:
                 new = replace(node, inputs=[self.as_nchw(i) if i else i for i in node.inputs])
                 self.plain.update(node.outputs)
+            else:  # an output that is no value's blocked form is a value of its own
+                self.plain.update(o for o in new.outputs if o not in self.origin)
             self.nodes.append(new)
         outputs = [self.as_nchw(o) for o in self.g.outputs]
         out = Graph(self.g.name, self.g.inputs, outputs, self.nodes, self.g.values)
@@ -74,7 +78,9 @@ class Rewriter:
 
     def _blocked_node(self, node: Node) -> Node | None:
         rule = self.rule_for(node.op)
-        if rule is None or len(node.outputs) != 1 or not self.blockable(node.outputs[0]):
+        if rule is None or len(node.outputs) != 1:
+            return None
+        if not (self.blockable(node.outputs[0]) or getattr(rule, "writes_own_layout", False)):
             return None
         return rule(self, node)
 
@@ -89,7 +95,7 @@ class Rewriter:
     def blockable(self, name: str, block: int | None = None) -> bool:
         """Whether ``name`` has a blocked form (with ``block``, or with any block)."""
         v = self.value(name)
-        if len(v.shape) != 4 or v.dtype != "float32":
+        if len(v.shape) != 4 or v.dtype not in BLOCKABLE:
             return False
         return self.block_for(v.shape[1]) is not None if block is None else v.shape[1] % block == 0
 

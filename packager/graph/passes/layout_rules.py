@@ -2,7 +2,9 @@
 
 A rule gets the rewriter (layout_rewriter.py), which knows each value's
 forms and makes transforms and packed constants, and the node; it returns the node to
-emit instead. Rules run only for nodes with one float32 4-D output of whole blocks.
+emit instead. Rules run only for nodes with one 4-D output of whole blocks (float32, or
+int8/uint8 where a QuantizeLinear makes it), but for those that write a layout of their
+own (``writes_own_layout``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from ...ops.binary import BINARY, VARIADIC
 from ...ops.reduce import REDUCERS
 from ...ops.registry import get_op
 from ..ir import Graph, Node
+from ..uses import scalar_qparams
 from .layout_pack import pack_channels, pack_conv_weight, pack_spanned_conv_weight
 from .layout_rewriter import Rewriter, fitting_block
 
@@ -100,6 +103,38 @@ def _per_channel(rw: Rewriter, node: Node) -> Node | None:
     return _like(node, node.op, [rw.blocked[x], *packed], rw, b)
 
 
+def _quantization(rw: Rewriter, node: Node) -> Node | None:
+    """A per-tensor QuantizeLinear or DequantizeLinear follows its input's block; a
+    DequantizeLinear also reads integers int8_layout.py wrote blocked (N, C/B, H, W, B),
+    its output then the blocked floats of that block."""
+    x = node.inputs[0]
+    if scalar_qparams(rw.g.values, node) is None:
+        return None
+    if rw.is_blocked(x):
+        data, b = rw.blocked[x], rw.block_of(x)
+    elif node.op == "dequantize_linear" and len(rw.value(x).shape) == 5:
+        data, b = x, rw.value(x).shape[4]
+    else:
+        return None
+    if rw.value(node.outputs[0]).shape[1] % b:
+        return None
+    return _like(node, node.op, [data, *node.inputs[1:]], rw, b)
+
+
+def _quantize_into_blocks(rw: Rewriter, node: Node) -> Node | None:
+    """int8_layout.py's quantize of NCHW floats into the blocks integer ops read, when
+    the floats are blocked alike already: a plain per-tensor quantize of the blocks."""
+    x, b = node.inputs[0], int(node.attrs["block"])
+    if not rw.is_blocked(x) or rw.block_of(x) != b or rw.value(x).shape[1] % b:
+        return None
+    attrs = {k: v for k, v in node.attrs.items() if k != "block"}
+    inputs = [rw.blocked[x], *node.inputs[1:]]
+    return Node("quantize_linear", node.name, inputs, list(node.outputs), attrs, node.source)
+
+
+_quantize_into_blocks.writes_own_layout = True
+
+
 def _pool(rw: Rewriter, node: Node) -> Node | None:
     if not rw.is_blocked(node.inputs[0]) or len(node.attrs["kernel"]) != 2:
         return None
@@ -162,6 +197,9 @@ RULES: dict[str, Callable] = {
     "concat": _concat,
     "channel_shuffle": _elementwise,  # a shuffle of the blocked form's channels
     "pad": _pad,
+    "quantize_linear": _quantization,
+    "dequantize_linear": _quantization,
+    "quantize_blocked": _quantize_into_blocks,
     "where": _broadcast,
     **{op: _broadcast for op in (*BINARY, *VARIADIC)},
     **{op: _global_reduce for op in REDUCERS},
@@ -215,3 +253,21 @@ def rule_for(op: str) -> Callable | None:
     except KeyError:  # not a library op (a fused group of a later pass)
         return None
     return _elementwise if pattern == "elementwise" else None
+
+
+# Ops that run blocked whenever their (float or integer) data input is: what int8_layout.py
+# may hand blocked dequantized integers to.
+_KEEP_BLOCKS = (_elementwise, _per_channel, _pool, _concat, _broadcast, _quantization)
+
+
+def keeps_blocks(graph: Graph, node: Node) -> bool:
+    """Whether the layout pass runs ``node`` blocked when its blocked inputs share a block
+    (a concat along channels, a 2-d pool, an op per element or per channel...)."""
+    if node.op == "quantize_blocked":
+        return True
+    rule = rule_for(node.op)
+    if rule is _pool:
+        return len(node.attrs["kernel"]) == 2
+    if rule is _concat:
+        return node.attrs.get("axis") in (1, -3)
+    return rule in _KEEP_BLOCKS
