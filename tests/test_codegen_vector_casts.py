@@ -282,11 +282,14 @@ def test_concat_with_a_clamped_channel_gathers_and_quantizes_in_vectors():
 
 
 @pytest.mark.parametrize("vector_bits", [128, 256, 512])
-def test_image_quads_quantize_four_pixels_a_vector(vector_bits):
+def test_image_quads_quantize_pixels_a_vector(vector_bits):
     """An RGB image into uint8 quads (the int8 layout's input, a channel per byte and the
     fourth repeating the third): the default schedule fuses each row with its quads and
-    stores 16 bytes (4 pixels) a vector at every vector width, the pixels' channels
-    gathered lane by lane; bytes equal to the scalar quantize's."""
+    stores as many bytes a vector as one register holds floats (16 at 512 bits, 8 at
+    256: never a float vector wider than a register, which GCC compares lane by lane in
+    general registers), the pixels' channels gathered lane by lane; at 128 bits a quad
+    of bytes is too short a vector and the loop stays scalar. Bytes equal to the scalar
+    quantize's."""
     from packager.ops.quantized import quantize_blocked
     from packager.target import CpuTarget
     from packager.te.schedule import default_schedule
@@ -301,8 +304,14 @@ def test_image_quads_quantize_four_pixels_a_vector(vector_bits):
     want = np.clip(np.rint(img / scale) + 128, 0, 255).astype(np.uint8)
     want = want[:, [0, 1, 2, 2]].transpose(0, 2, 3, 1)[:, None]
     np.testing.assert_array_equal(got, want)
-    assert re.search(r"/\* \w+: 16 lanes \*/", src)
-    assert "pk_u8x16" in src and "#pragma GCC ivdep" not in src
+    lanes = vector_bits // 32
+    wider = [f"pk_f32x{n}" for n in (8, 16, 32, 64) if n > lanes]
+    assert not [w for w in wider if w in src], src
+    if lanes > 4:
+        assert re.search(rf"/\* \w+: {lanes} lanes \*/", src)
+        assert f"pk_u8x{lanes}" in src and "#pragma GCC ivdep" not in src
+    else:
+        assert "lanes */" not in src
 
 
 def test_gathered_loads_at_computed_indices_share_their_index_math():
@@ -323,3 +332,21 @@ def test_gathered_loads_at_computed_indices_share_their_index_math():
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(scalar, want)
     _assert_vector(src, 16)
+
+
+@pytest.mark.parametrize("vector_bits", [256, 512])
+def test_byte_stores_computed_in_float_take_one_float_register(vector_bits):
+    """A quantize of a float row into bytes: the default schedule's vector holds as many
+    lanes as a register holds floats (8 at 256 bits, 16 at 512), not as many bytes."""
+    from packager.ops.quantized import quantize_linear
+    from packager.target import CpuTarget
+    from packager.te.schedule import default_schedule
+
+    x = rng.uniform(-40, 40, (2, 64)).astype(np.float32)
+    scale, zp = np.array(0.25, np.float32), np.array(3, np.int8)
+    ins = [te.placeholder(a.shape, str(a.dtype), f"x{k}") for k, a in enumerate([x, scale, zp])]
+    (q,) = quantize_linear(ins, {})
+    sch = default_schedule([q], CpuTarget(vector_bits=vector_bits, features=()))
+    (got,), src = run(sch, [*ins, q], f"k_qrow{vector_bits}", [x, scale, zp])
+    np.testing.assert_array_equal(got, np.clip(np.rint(x / 0.25) + 3, -128, 127).astype(np.int8))
+    assert re.search(rf"/\* \w+: {vector_bits // 32} lanes \*/", src), src

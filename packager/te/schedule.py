@@ -348,9 +348,11 @@ def vectorize_innermost(st: Stage, target: CpuTarget) -> IterVar | None:
     reads) falls back to a scalar loop."""
     iv = st.leaf_iter_vars[-1]
     lanes = vector_lanes(st.tensor.dtype, target)
-    quad = _byte_quad_row(st)
+    widest = target.vector_bits // _compute_bits(st)  # one register of the widest
+    quad = _byte_quad_row(st, min(QUAD_ROW_LANES, widest))
     if quad is not None:
-        iv, lanes = quad, QUAD_ROW_LANES
+        iv, lanes = quad, min(QUAD_ROW_LANES, widest)
+    lanes = min(lanes, widest)
     if iv.extent > lanes:
         lanes = fitting_lanes(iv.extent, lanes)
     if lanes < 2 or iv.kind != "data":
@@ -367,24 +369,45 @@ def vectorize_innermost(st: Stage, target: CpuTarget) -> IterVar | None:
 
 # A byte tensor whose innermost axis is a quad (int8 blocks of an RGB image) stores 4
 # bytes a pixel: a vector of them is emulated in general registers, so the row and the
-# quad are fused and run 16 bytes (4 pixels) a vector. The image's quantize into quads
-# (a float read per lane, gathered) went from 0.0866 to 0.0623 ms (MobileNetV2-style
-# int8, host).
+# quad are fused and run up to 16 bytes (4 pixels) a vector, as many as one register
+# of the stage's widest element holds. The image's quantize into quads (a float read
+# per lane, gathered) went from 0.0866 to 0.0623 ms (MobileNetV2-style int8, host).
 QUAD_ROW_LANES = 16
 
 
-def _byte_quad_row(st: Stage) -> IterVar | None:
+def _byte_quad_row(st: Stage, lanes: int) -> IterVar | None:
     """The fused (row, quad) loop of a byte tensor whose innermost axis is a quad, when
-    whole vectors cover it."""
+    whole vectors of ``lanes`` (more than a quad) cover it."""
     leaves = st.leaf_iter_vars
-    if _ITEM_BITS.get(st.tensor.dtype) != 8 or len(leaves) < 2:
+    if _ITEM_BITS.get(st.tensor.dtype) != 8 or len(leaves) < 2 or lanes <= 4:
         return None
     row, quad = leaves[-2:]
     if quad.extent != 4 or row.kind != "data" or quad.kind != "data":
         return None
-    if (row.extent * 4) % QUAD_ROW_LANES:
+    if (row.extent * 4) % lanes:
         return None
     return st.fuse(row, quad)
+
+
+def _compute_bits(st: Stage) -> int:
+    """Bits of the widest element, of at most 32, that the stage computes with: its
+    own, and those it reads through the stages without a reduction (which
+    default_schedule inlines into it). A vector of byte stores computed in float would
+    otherwise span four registers, and GCC compares and selects across such a vector
+    lane by lane in general registers (a float -> uint8 quantize of 16 lanes at 256
+    bits: 32 ucomiss and cmove)."""
+    bits = [_ITEM_BITS.get(st.tensor.dtype, 32)]
+    todo, seen = [st.op], set()
+    while todo:
+        op = todo.pop()
+        for t in op.input_tensors:
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            bits.append(_ITEM_BITS.get(t.dtype, 32))
+            if isinstance(t.op, ComputeOp) and not t.op.reduce_axis:
+                todo.append(t.op)
+    return max(b for b in bits if b <= 32)
 
 
 def parallel_outer(st: Stage, target: CpuTarget, keep=frozenset()) -> IterVar | None:
