@@ -18,6 +18,7 @@ import numpy as np
 from .expr import (
     INDEX,
     Binary,
+    Call,
     Cast,
     Const,
     Expr,
@@ -471,7 +472,47 @@ def _fold_cast(e: Cast) -> Expr:
         lo, hi = INT_RANGE[e.dtype]
         if e.dtype != "bool" and lo <= int(a.value) <= hi:
             return const(int(a.value), e.dtype)
+    if isinstance(a, Cast) and a.a.dtype == e.dtype and is_float(e.dtype):
+        if a.dtype in INT_RANGE and a.dtype != "bool" and _clamped_whole(a.a, a.dtype):
+            return a.a  # a quantize read back as float (Q -> DQ): the value it held
     return e
+
+
+# Float functions whose result is a whole number (or not finite).
+_WHOLE_CALLS = ("round", "nearbyint", "rint", "floor", "ceil", "trunc")
+
+
+def _clamped_whole(m: Expr, dtype: str) -> bool:
+    """Whether float ``m`` is a whole number clamped by constants into ``dtype``'s range,
+    min(max(r, a), b) or max(min(r, b), a): a float -> ``dtype`` -> float round trip
+    then returns it unchanged (a NaN, undefined through the integer, stays NaN)."""
+    lo, hi = INT_RANGE[dtype]
+    if not (isinstance(m, Binary) and m.op in ("min", "max") and isinstance(m.b, Const)):
+        return False
+    inner = m.a
+    if not (isinstance(inner, Binary) and {inner.op, m.op} == {"min", "max"}):
+        return False
+    if not isinstance(inner.b, Const):
+        return False
+    bounds = (float(m.b.value), float(inner.b.value))
+    return all(lo <= v <= hi and v.is_integer() for v in bounds) and _whole(inner.a)
+
+
+def _whole(e: Expr) -> bool:
+    """Whether float ``e`` is a whole number whatever its inputs (or not finite): sums,
+    differences, products, minima and maxima of whole floats are whole, a float of
+    an integer is, and so are rounded values."""
+    if isinstance(e, Const):
+        return float(e.value).is_integer()
+    if isinstance(e, Cast):
+        return not is_float(e.a.dtype) and e.a.dtype != "bool"
+    if isinstance(e, Call):
+        return e.func in _WHOLE_CALLS
+    if isinstance(e, Binary) and e.op in ("+", "-", "*", "min", "max"):
+        return _whole(e.a) and _whole(e.b)
+    if isinstance(e, Select):
+        return _whole(e.t) and _whole(e.f)
+    return False
 
 
 def simplify(e: Expr, ranges: dict | None = None) -> Expr:

@@ -1,5 +1,5 @@
 from packager.te import Var, simplify
-from packager.te.expr import Binary, Const
+from packager.te.expr import Binary, Cast, Const
 
 
 def _ranges(**kw):
@@ -83,3 +83,65 @@ def test_quotient_and_remainder_rejoin():
     # a remainder of another divisor or coefficient is left alone
     assert text(simplify(y // 8 * 8 + y % 4)) != "y"
     assert text(simplify(y // 8 * 16 + y % 8)) != "y"
+
+
+def _round_trip(inner, lo=0.0, hi=255.0, dtype="uint8"):
+    """float(dtype(min(max(inner, lo), hi))): a quantize read back by a dequantize."""
+    from packager import te
+
+    clamped = te.min_(te.max_(inner, te.const(lo, "float32")), te.const(hi, "float32"))
+    return clamped, te.cast("float32", te.cast(dtype, clamped))
+
+
+def test_a_clamped_whole_float_through_an_integer_is_itself():
+    from packager import te
+
+    x = Var("x", "float32")
+    zp = te.cast("float32", Var("z", "uint8"))
+    whole = te.call("round", x / te.const(0.25, "float32")) + zp
+    clamped, trip = _round_trip(whole)
+    assert simplify(trip) is simplify(clamped)
+    clamped, trip = _round_trip(te.call("floor", x) * te.const(2.0, "float32"), -128, 127, "int8")
+    assert simplify(trip) is simplify(clamped)
+
+
+def test_round_trips_that_can_change_the_value_stay():
+    from packager import te
+
+    x = Var("x", "float32")
+    whole = te.call("round", x)
+    cases = [
+        _round_trip(x),  # not a whole number: the cast truncates it
+        _round_trip(whole + te.const(0.5, "float32")),
+        _round_trip(whole, -1.0, 255.0),  # -1 wraps in uint8
+        _round_trip(whole, 0.0, 256.0),
+        _round_trip(whole, 0.0, 254.5),
+        _round_trip(whole, 0.0, 255.0, "int8"),
+    ]
+    for _, trip in cases:
+        got = simplify(trip)
+        assert isinstance(got, Cast) and got.dtype == "float32", text(got)
+
+
+def test_quantize_then_dequantize_computes_the_same_bytes():
+    """QuantizeLinear -> DequantizeLinear inlined into one kernel (the cast pair gone)
+    against numpy, ties and saturation included."""
+    import numpy as np
+
+    from packager import te
+    from packager.ops.quantized import dequantize_linear, quantize_linear
+
+    from .helpers import run
+
+    x = np.concatenate([np.linspace(-40, 80, 61), [0.125, 0.375, -0.125, 1e30, -1e30]])
+    x = x.astype(np.float32).reshape(1, -1)
+    scale, zp = np.array(0.25, np.float32), np.array(10, np.uint8)
+    ins = [te.placeholder(a.shape, str(a.dtype), f"x{k}") for k, a in enumerate([x, scale, zp])]
+    (q,) = quantize_linear(ins, {})
+    (dq,) = dequantize_linear([q, ins[1], ins[2]], {})
+    s = te.create_schedule(dq)
+    s[q].compute_inline()
+    (got,), src = run(s, [*ins, dq], "k_qdq", [x, scale, zp])
+    want = (np.clip(np.rint(x / 0.25) + 10, 0, 255) - 10) * np.float32(0.25)
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+    assert "uint8_t)" not in src.split("k_qdq(")[-1], src
