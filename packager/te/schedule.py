@@ -343,9 +343,10 @@ def fitting_lanes(extent: int, lanes: int) -> int:
 
 def vectorize_innermost(st: Stage, target: CpuTarget) -> IterVar | None:
     """Vectorize the stage's innermost data axis (its store is contiguous along it)
-    when whole vectors cover it (half vectors and so on when full ones do not); returns
-    the vector loop. A body the codegen cannot vectorize (strided or non-arithmetic
-    reads) falls back to a scalar loop."""
+    when whole vectors cover it (half vectors and so on when full ones do not); a
+    vector holds at most one register of the widest element the stage computes with
+    (_compute_bits). Returns the vector loop. A body the codegen cannot vectorize
+    (strided or non-arithmetic reads) falls back to a scalar loop."""
     iv = st.leaf_iter_vars[-1]
     lanes = vector_lanes(st.tensor.dtype, target)
     widest = target.vector_bits // _compute_bits(st)  # one register of the widest

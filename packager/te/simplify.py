@@ -494,8 +494,8 @@ def _clamped_whole(m: Expr, dtype: str) -> bool:
         return False
     if not isinstance(inner.b, Const):
         return False
-    bounds = (float(m.b.value), float(inner.b.value))
-    return all(lo <= v <= hi and v.is_integer() for v in bounds) and _whole(inner.a)
+    bounds = [np.asarray(c.value, c.dtype).item() for c in (m.b, inner.b)]  # as computed
+    return all(lo <= v <= hi and float(v).is_integer() for v in bounds) and _whole(inner.a)
 
 
 def _whole(e: Expr) -> bool:

@@ -117,6 +117,7 @@ def test_round_trips_that_can_change_the_value_stay():
         _round_trip(whole, 0.0, 256.0),
         _round_trip(whole, 0.0, 254.5),
         _round_trip(whole, 0.0, 255.0, "int8"),
+        _round_trip(whole, 0.0, 2147483647.0, "int32"),  # 2^31 as a float32: overflows
     ]
     for _, trip in cases:
         got = simplify(trip)

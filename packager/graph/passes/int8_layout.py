@@ -174,6 +174,7 @@ class _Layout:
             and node.inputs[0] == v
             and scalar_qparams(vals, node) is not None
             and len(vals[out].shape) == 4
+            and vals[out].dtype == "float32"  # what the layout pass blocks
             and out not in self.graph.outputs
             and bool(self.cons.get(out))
             and all(keeps_blocks(self.graph, self.graph.nodes[k]) for k in self.cons[out])

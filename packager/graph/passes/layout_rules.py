@@ -108,17 +108,18 @@ def _quantization(rw: Rewriter, node: Node) -> Node | None:
     DequantizeLinear also reads integers int8_layout.py wrote blocked (N, C/B, H, W, B),
     its output then the blocked floats of that block."""
     x = node.inputs[0]
-    if scalar_qparams(rw.g.values, node) is None:
+    if len(rw.value(x).shape) == 5:  # int8_layout.dequantizes_into_blocks chose this
+        if node.op != "dequantize_linear" or scalar_qparams(rw.g.values, node) is None:
+            raise ValueError(f"{node.name}: blocked integers the layout pass cannot read")
+        if rw.value(node.outputs[0]).shape[1] % rw.value(x).shape[4]:
+            raise ValueError(f"{node.name}: blocked integers of a partial last block")
+        return _like(node, node.op, list(node.inputs), rw, rw.value(x).shape[4])
+    if not rw.is_blocked(x) or scalar_qparams(rw.g.values, node) is None:
         return None
-    if rw.is_blocked(x):
-        data, b = rw.blocked[x], rw.block_of(x)
-    elif node.op == "dequantize_linear" and len(rw.value(x).shape) == 5:
-        data, b = x, rw.value(x).shape[4]
-    else:
-        return None
+    b = rw.block_of(x)
     if rw.value(node.outputs[0]).shape[1] % b:
         return None
-    return _like(node, node.op, [data, *node.inputs[1:]], rw, b)
+    return _like(node, node.op, [rw.blocked[x], *node.inputs[1:]], rw, b)
 
 
 def _quantize_into_blocks(rw: Rewriter, node: Node) -> Node | None:
@@ -262,7 +263,9 @@ _KEEP_BLOCKS = (_elementwise, _per_channel, _pool, _concat, _broadcast, _quantiz
 
 def keeps_blocks(graph: Graph, node: Node) -> bool:
     """Whether the layout pass runs ``node`` blocked when its blocked inputs share a block
-    (a concat along channels, a 2-d pool, an op per element or per channel...)."""
+    (a concat along channels, a 2-d pool, an op per element or per channel...). Where
+    they do not (a concat's other part plain NCHW, an operand that does not re-lay out),
+    the node runs in NCHW after a transform of the blocked input: right, and slower."""
     if node.op == "quantize_blocked":
         return True
     rule = rule_for(node.op)
