@@ -350,3 +350,20 @@ def test_byte_stores_computed_in_float_take_one_float_register(vector_bits):
     (got,), src = run(sch, [*ins, q], f"k_qrow{vector_bits}", [x, scale, zp])
     np.testing.assert_array_equal(got, np.clip(np.rint(x / 0.25) + 3, -128, 127).astype(np.int8))
     assert re.search(rf"/\* \w+: {vector_bits // 32} lanes \*/", src), src
+
+
+@pytest.mark.parametrize("dtype", ["int64", "float64"])
+def test_stages_of_64_bit_elements_keep_their_own_lanes(dtype):
+    """A stage computing only 64-bit elements has nothing narrower to size its vector
+    by: its own lanes (8 at 512 bits), as before the cap."""
+    from packager.target import CpuTarget
+    from packager.te.schedule import default_schedule
+
+    a = (rng.integers(-1000, 1000, (3, 16)) * 7).astype(dtype)
+    b = rng.integers(-1000, 1000, (3, 16)).astype(dtype)
+    x, y = te.placeholder(a.shape, dtype, "x"), te.placeholder(b.shape, dtype, "y")
+    o = te.compute(a.shape, lambda i, j: x[i, j] * y[i, j] + x[i, j], name="o")
+    sch = default_schedule([o], CpuTarget(vector_bits=512, features=()))
+    (got,), src = run(sch, [x, y, o], f"k_wide_{dtype}", [a, b])
+    np.testing.assert_array_equal(got, a * b + a)
+    assert re.search(r"/\* \w+: 8 lanes \*/", src), src

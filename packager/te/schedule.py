@@ -391,12 +391,12 @@ def _byte_quad_row(st: Stage, lanes: int) -> IterVar | None:
 
 
 def _compute_bits(st: Stage) -> int:
-    """Bits of the widest element, of at most 32, that the stage computes with: its
-    own, and those it reads through the stages without a reduction (which
-    default_schedule inlines into it). A vector of byte stores computed in float would
-    otherwise span four registers, and GCC compares and selects across such a vector
-    lane by lane in general registers (a float -> uint8 quantize of 16 lanes at 256
-    bits: 32 ucomiss and cmove)."""
+    """Bits of the widest element of at most 32 that the stage computes with: its own,
+    and those it reads through the stages without a reduction (which default_schedule
+    inlines into it); a stage of 64-bit elements only: its own. A vector of byte stores
+    computed in float would otherwise span four registers, and GCC compares and
+    selects across such a vector lane by lane in general registers (a float -> uint8
+    quantize of 16 lanes at 256 bits: 32 ucomiss and cmove)."""
     bits = [_ITEM_BITS.get(st.tensor.dtype, 32)]
     todo, seen = [st.op], set()
     while todo:
@@ -408,7 +408,8 @@ def _compute_bits(st: Stage) -> int:
             bits.append(_ITEM_BITS.get(t.dtype, 32))
             if isinstance(t.op, ComputeOp) and not t.op.reduce_axis:
                 todo.append(t.op)
-    return max(b for b in bits if b <= 32)
+    narrow = [b for b in bits if b <= 32]
+    return max(narrow) if narrow else bits[0]  # 64-bit only: its own lanes, as before
 
 
 def parallel_outer(st: Stage, target: CpuTarget, keep=frozenset()) -> IterVar | None:
