@@ -348,12 +348,11 @@ def vectorize_innermost(st: Stage, target: CpuTarget) -> IterVar | None:
     (_compute_bits). Returns the vector loop. A body the codegen cannot vectorize
     (strided or non-arithmetic reads) falls back to a scalar loop."""
     iv = st.leaf_iter_vars[-1]
-    lanes = vector_lanes(st.tensor.dtype, target)
     widest = target.vector_bits // _compute_bits(st)  # one register of the widest
+    lanes = min(vector_lanes(st.tensor.dtype, target), widest)
     quad = _byte_quad_row(st, min(QUAD_ROW_LANES, widest))
     if quad is not None:
         iv, lanes = quad, min(QUAD_ROW_LANES, widest)
-    lanes = min(lanes, widest)
     if iv.extent > lanes:
         lanes = fitting_lanes(iv.extent, lanes)
     if lanes < 2 or iv.kind != "data":

@@ -487,12 +487,10 @@ def _clamped_whole(m: Expr, dtype: str) -> bool:
     min(max(r, a), b) or max(min(r, b), a): a float -> ``dtype`` -> float round trip
     then returns it unchanged (a NaN, undefined through the integer, stays NaN)."""
     lo, hi = INT_RANGE[dtype]
-    if not (isinstance(m, Binary) and m.op in ("min", "max") and isinstance(m.b, Const)):
-        return False
-    inner = m.a
+    inner = m.a if isinstance(m, Binary) else None
     if not (isinstance(inner, Binary) and {inner.op, m.op} == {"min", "max"}):
         return False
-    if not isinstance(inner.b, Const):
+    if not (isinstance(m.b, Const) and isinstance(inner.b, Const)):
         return False
     bounds = [np.asarray(c.value, c.dtype).item() for c in (m.b, inner.b)]  # as computed
     return all(lo <= v <= hi and float(v).is_integer() for v in bounds) and _whole(inner.a)
