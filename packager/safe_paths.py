@@ -170,15 +170,29 @@ def check_report_file(path: str | os.PathLike, bundle: Path, option: str = "-o")
 def signals_held() -> Iterator[None]:
     """SIGINT and SIGTERM wait (delivered when the block ends): for steps that must not
     stop half-way, as a rename pair or the removal of temporaries."""
-    held = {signal.SIGINT, signal.SIGTERM}
     if threading.current_thread() is not threading.main_thread():
         yield  # signals reach Python only in the main thread
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    # Masking the signals in this thread is not enough: the kernel hands a process-wide
+    # signal to any thread that does not mask it (numpy's BLAS keeps worker threads), and
+    # Python then runs the handler here, mid-block. So the handlers note the signal
+    # instead, and it is raised again, to the handlers of before, as the block ends.
+    pending: list[int] = []
+
+    def note(signum, frame):
+        pending.append(signum)
+
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: h for s, h in old.items() if h is not None}  # None: set from C, left alone
+    for s in old:
+        signal.signal(s, note)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(pending):
+            signal.raise_signal(s)
 
 
 def remove_quietly(path: Path) -> None:

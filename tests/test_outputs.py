@@ -302,6 +302,61 @@ def test_build_interrupted_while_writing_leaves_the_old_bundle(big_model, tiny, 
     assert snapshot(out) == before
 
 
+def _busy(n: int = 200_000) -> int:
+    """Python work long enough for a pending signal handler to run (it runs between
+    bytecodes, never inside a C call)."""
+    total = 0
+    for i in range(n):
+        total += i
+    return total
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_signals_held_waits_when_another_thread_takes_the_signal(sig):
+    """The kernel hands a process signal to any thread that does not mask it (numpy's BLAS
+    keeps workers); the held block must still finish before the handler runs. Before the
+    fix, a SIGINT taken by such a thread interrupted `mkdtemp` after it made the directory
+    and the build left `.OUT.tmp-*` behind."""
+    import threading
+
+    from packager.cli import _raise_interrupted
+    from packager.safe_paths import signals_held
+
+    before = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _raise_interrupted)
+    try:
+        other = threading.Thread(target=time.sleep, args=(2,), daemon=True)
+        other.start()
+        steps = []
+        with pytest.raises(KeyboardInterrupt):
+            with signals_held():
+                signal.pthread_kill(other.ident, sig)
+                _busy()
+                steps.append("block ended")
+            steps.append("after the block")
+        assert steps == ["block ended"]
+        assert signal.getsignal(signal.SIGTERM) is _raise_interrupted
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_signals_held_nested_delivers_once_at_the_outer_end():
+    from packager.safe_paths import signals_held
+
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with signals_held():
+            with signals_held():
+                signal.raise_signal(signal.SIGINT)
+                _busy()
+                steps.append("inner ended")
+            _busy()
+            steps.append("outer ended")
+    assert steps == ["inner ended", "outer ended"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_tune_interrupted_leaves_whole_log_lines(tmp_path, sig):
     from .tune.conftest import conv_model
