@@ -68,6 +68,54 @@ def test_global_pool_over_blocked_tensor_is_vectorized():
     assert "8 lanes" in src
 
 
+def _generic(op, attrs, x):
+    """The output of the generic schedule (one chain per output) for the same compute."""
+    from packager.te.schedule import default_schedule
+
+    ph = te.placeholder(x.shape, str(x.dtype), "in0")
+    outs = get_op(op).compute([ph], attrs)
+    func = te.lower(default_schedule(outs, TARGET), [ph, *outs], f"k_{op}_generic")
+    res = np.empty(outs[0].shape, np.float32)
+    build_kernel(func)(x, res)
+    return res
+
+
+@pytest.mark.parametrize(
+    "op,attrs,shape,chains",
+    [
+        ("reduce_mean", {"axes": [2, 3], "keepdims": 1}, (1, 24, 13, 13), 8),  # NCHW pool
+        ("reduce_sum", {"axes": [2], "keepdims": 0}, (2, 12, 50), 6),  # rows
+        ("reduce_max", {"axes": [1], "keepdims": 1}, (1, 20, 5, 24), 8),  # over channels
+        ("reduce_sum_square", {"axes": [2, 3], "keepdims": 0}, (1, 7, 6, 6), 7),
+    ],
+)
+def test_unblocked_reductions_interleave_their_sums(op, attrs, shape, chains):
+    """Several outputs accumulate side by side (independent chains of adds), each still
+    summed in its own order: the generic schedule's result, byte for byte."""
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    out, src = _run(op, attrs, [x])
+    np.testing.assert_array_equal(out, _generic(op, attrs, x))
+    ref = {"reduce_mean": np.mean, "reduce_sum": np.sum, "reduce_max": np.max}.get(op)
+    want = (
+        ref(x, axis=tuple(attrs["axes"]), keepdims=bool(attrs["keepdims"]))
+        if ref
+        else (np.sum(x * x, axis=tuple(attrs["axes"]), keepdims=bool(attrs["keepdims"])))
+    )
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    # the reduce loops run just outside an unrolled loop over the chains
+    loops = r"for \(int64_t r\w* = 0; r\w* < \d+; \+\+r\w*\) \{\s*"
+    assert re.search(rf"({loops})+#pragma GCC unroll {chains}\s+for", src), src
+    if op == "reduce_mean":  # a local buffer of sums, divided after
+        assert f"float {op}[{chains}];" in src
+
+
+def test_short_reductions_keep_one_chain():
+    x = np.random.default_rng(6).standard_normal((1, 16, 3, 3)).astype(np.float32)
+    out, src = _run("reduce_mean", {"axes": [2, 3], "keepdims": 1}, [x])
+    np.testing.assert_array_equal(out, _generic("reduce_mean", {"axes": [2, 3], "keepdims": 1}, x))
+    assert "float reduce_mean[1];" in src
+
+
 @pytest.mark.parametrize("op", ["max_pool_nchwc", "avg_pool_nchwc"])
 def test_blocked_pools(op):
     x = np.random.default_rng(3).standard_normal((1, 2, 9, 9, 8)).astype(np.float32)
