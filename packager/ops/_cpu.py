@@ -149,11 +149,11 @@ def interleaved_reduce_schedule(ctx: ScheduleContext) -> te.Schedule:
     per_output = 1
     for r in red.op.reduce_axis:
         per_output *= r.extent
-    wide = [iv for iv in out.op.axis if iv.extent > 1]
-    chains = max((d for d in range(2, CHAINS + 1) if wide and wide[-1].extent % d == 0), default=0)
+    axis = next((iv for iv in reversed(out.op.axis) if iv.extent > 1), None)
+    # the most chains that divide the axis: a guarded tail would sit in the unrolled loop
+    chains = next((d for d in range(CHAINS, 1, -1) if axis and axis.extent % d == 0), 0)
     if per_output < MIN_CHAIN or not chains:
         return fallback(ctx)
-    axis = wide[-1]
     outer, inner = out.split(axis, chains)
     leaves = out.leaf_iter_vars
     at = out.fuse(*leaves[: leaves.index(outer) + 1])

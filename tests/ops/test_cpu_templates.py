@@ -14,20 +14,25 @@ from packager.codegen.c import codegen_c
 from packager.lowering import schedule_for
 from packager.ops.registry import get_op
 from packager.target import CpuTarget
+from packager.te.schedule import default_schedule
 
 TARGET = CpuTarget(vector_bits=256, cores=2)
 
 
-def _run(op, attrs, inputs, post=None, knobs=None, target=TARGET):
+def _run(op, attrs, inputs, post=None, knobs=None, target=TARGET, generic=False):
     """Lower ``op`` (plus an optional elementwise ``post`` fused after it) through its
-    cpu template; returns the output and the C source."""
+    cpu template (``generic``: the generic schedule instead); returns the output and the
+    C source."""
     phs = [te.placeholder(a.shape, str(a.dtype), f"in{i}") for i, a in enumerate(inputs)]
     outs = get_op(op).compute(phs, attrs)
     anchor = outs[0]
     if post is not None:
         y = outs[0]
         outs = [te.compute(y.shape, lambda *i: post(y[i]), name="post", tag="elemwise")]
-    sch = schedule_for(outs, (op, attrs, anchor), target, knobs)
+    if generic:
+        sch = default_schedule(outs, target)
+    else:
+        sch = schedule_for(outs, (op, attrs, anchor), target, knobs)
     func = te.lower(sch, phs + outs, f"k_{op}")
     res = [np.empty(t.shape, np.float32) for t in outs]
     build_kernel(func)(*inputs, *res)
@@ -68,18 +73,6 @@ def test_global_pool_over_blocked_tensor_is_vectorized():
     assert "8 lanes" in src
 
 
-def _generic(op, attrs, x):
-    """The output of the generic schedule (one chain per output) for the same compute."""
-    from packager.te.schedule import default_schedule
-
-    ph = te.placeholder(x.shape, str(x.dtype), "in0")
-    outs = get_op(op).compute([ph], attrs)
-    func = te.lower(default_schedule(outs, TARGET), [ph, *outs], f"k_{op}_generic")
-    res = np.empty(outs[0].shape, np.float32)
-    build_kernel(func)(x, res)
-    return res
-
-
 @pytest.mark.parametrize(
     "op,attrs,shape,chains",
     [
@@ -94,7 +87,7 @@ def test_unblocked_reductions_interleave_their_sums(op, attrs, shape, chains):
     summed in its own order: the generic schedule's result, byte for byte."""
     x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
     out, src = _run(op, attrs, [x])
-    np.testing.assert_array_equal(out, _generic(op, attrs, x))
+    np.testing.assert_array_equal(out, _run(op, attrs, [x], generic=True)[0])
     ref = {"reduce_mean": np.mean, "reduce_sum": np.sum, "reduce_max": np.max}.get(op)
     want = (
         ref(x, axis=tuple(attrs["axes"]), keepdims=bool(attrs["keepdims"]))
@@ -112,7 +105,8 @@ def test_unblocked_reductions_interleave_their_sums(op, attrs, shape, chains):
 def test_short_reductions_keep_one_chain():
     x = np.random.default_rng(6).standard_normal((1, 16, 3, 3)).astype(np.float32)
     out, src = _run("reduce_mean", {"axes": [2, 3], "keepdims": 1}, [x])
-    np.testing.assert_array_equal(out, _generic("reduce_mean", {"axes": [2, 3], "keepdims": 1}, x))
+    generic, _ = _run("reduce_mean", {"axes": [2, 3], "keepdims": 1}, [x], generic=True)
+    np.testing.assert_array_equal(out, generic)
     assert "float reduce_mean[1];" in src
 
 
