@@ -10,7 +10,7 @@ import pytest
 from packager import te
 from packager.codegen import build_kernel, codegen_c
 from packager.lowering import schedule_for
-from packager.ops.conv_schedule import default_tile
+from packager.ops.conv_schedule import default_tile, target_tile
 from packager.ops.knobs import Config
 from packager.ops.registry import get_op
 from packager.target import CpuTarget
@@ -98,6 +98,43 @@ def test_default_tile_fills_the_register_budget():
     assert default_tile(8, 56) == (2, 7)
     assert default_tile(8, 13) == (1, 13)
     assert default_tile(1, 7) == (1, 7)
+
+
+AVX512 = CpuTarget(vector_bits=512, cores=2, l1d_bytes=32 << 10)
+
+
+@pytest.mark.parametrize(
+    "cin,out_blocks,width,want",
+    [
+        (256, 4, 56, (1, 8)),  # one block's weights (16 KiB) + 8 columns fit the L1
+        (512, 8, 28, (1, 7)),  # one block's weights (32 KiB) do not: one block, 7 columns
+        (2048, 32, 28, (1, 7)),
+        (64, 16, 56, (4, 4)),  # small K: 4 blocks fit, the most accumulators
+        (128, 32, 28, (2, 7)),
+        (512, 8, 14, (2, 7)),  # two column tiles a row: the general rule
+        (480, 12, 13, (1, 13)),  # 13 wide: no 7-8 column tile, the general rule
+    ],
+)
+def test_pointwise_tile_keeps_the_weights_in_the_l1(cin, out_blocks, width, want):
+    assert target_tile(AVX512, out_blocks, width, (cin * 4, 16)) == want
+
+
+def test_pointwise_rule_is_for_512_bits_and_1x1_only():
+    avx2 = CpuTarget(vector_bits=256, cores=2, l1d_bytes=32 << 10)
+    assert target_tile(avx2, 8, 56, (256 * 4, 8)) == target_tile(avx2, 8, 56)
+    assert target_tile(AVX512, 4, 56) == default_tile(4, 56, 24)  # a 3x3 conv passes none
+
+
+def test_pointwise_default_reaches_the_built_schedule():
+    data = te.placeholder((1, 16, 56, 56, 16), "float32", "in0")
+    weight = te.placeholder((4, 16, 1, 1, 16, 16), "float32", "in1")
+    attrs = {"groups": 1, "strides": [1, 1], "pads": [0] * 4}
+    conv = get_op("conv2d_nchwc").compute([data, weight], attrs)[0]
+    cfg = Config()
+    from packager.ops.registry import ScheduleContext
+
+    get_op("conv2d_nchwc").schedules["cpu"](ScheduleContext([conv], conv, attrs, cfg, AVX512))
+    assert (cfg.as_dict()["tile_oc"], cfg.as_dict()["tile_ow"]) == (1, 8)
 
 
 def test_conv_without_epilogue_accumulates_in_its_output():
