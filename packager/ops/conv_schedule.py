@@ -93,6 +93,11 @@ def pointwise_tile(
     """The default (oc tile, ow tile) of a 1x1 conv at 512 bits whose reduction has
     ``reduce_bytes`` per output pixel (K x element size) and whose output blocks hold
     ``block`` channels, or None where the general rule stands."""
+    if vector_registers(target) <= 16:
+        # one block and up to 14 columns: 14 accumulators, the weight vector and the
+        # broadcast fill the 16 registers; the general 2 x 7 tile spills one every step
+        ow = max(_divisors(out_width, ACC_REGS))
+        return (1, ow) if target.vector_bits == 256 and ow >= POINTWISE_COLUMNS - 1 else None
     if target.vector_bits < 512:
         return None
     budget = acc_budget(target)
@@ -120,14 +125,14 @@ def target_tile(
 ) -> tuple[int, int]:
     """The default (oc tile, ow tile) of a direct conv on ``target``; a 1x1 conv passes
     ``pointwise``: its reduction's bytes per output pixel and its block (pointwise_tile)."""
-    if pointwise:
-        tile = pointwise_tile(target, out_blocks, out_width, *pointwise)
-        if tile is not None:
-            return tile
     if vector_registers(target) <= 16:
         oc, ow = default_tile(out_blocks, out_width, SPILL_FREE)
         if oc * ow == SPILL_FREE:
             return oc, ow
+    if pointwise:
+        tile = pointwise_tile(target, out_blocks, out_width, *pointwise)
+        if tile is not None:
+            return tile
     return default_tile(out_blocks, out_width, acc_budget(target))
 
 

@@ -119,10 +119,30 @@ def test_pointwise_tile_keeps_the_weights_in_the_l1(cin, out_blocks, width, want
     assert target_tile(AVX512, out_blocks, width, (cin * 4, 16)) == want
 
 
-def test_pointwise_rule_is_for_512_bits_and_1x1_only():
-    avx2 = CpuTarget(vector_bits=256, cores=2, l1d_bytes=32 << 10)
-    assert target_tile(avx2, 8, 56, (256 * 4, 8)) == target_tile(avx2, 8, 56)
-    assert target_tile(AVX512, 4, 56) == default_tile(4, 56, 24)  # a 3x3 conv passes none
+AVX2 = CpuTarget(vector_bits=256, cores=2, l1d_bytes=32 << 10)
+
+
+@pytest.mark.parametrize(
+    "out_blocks,width,want",
+    [
+        (8, 56, (1, 14)),  # the general rule's 2 x 7 spills: one block, 14 columns
+        (72, 7, (1, 7)),
+        (16, 13, (1, 13)),
+        (6, 56, (3, 4)),  # a spill-free 3 x 4 tile exists: kept
+        (8, 5, (2, 5)),  # no 7-14 column tile: the general rule
+    ],
+)
+def test_pointwise_tile_at_16_registers(out_blocks, width, want):
+    assert target_tile(AVX2, out_blocks, width, (256 * 4, 8)) == want
+    if want[0] > 1:
+        assert want == target_tile(AVX2, out_blocks, width)
+
+
+def test_pointwise_rule_leaves_other_convs_and_128_bits():
+    neon = CpuTarget(vector_bits=128, cores=4, arch="armv7", l1d_bytes=32 << 10)
+    assert target_tile(neon, 8, 56, (256 * 4, 4)) == target_tile(neon, 8, 56)
+    assert target_tile(AVX2, 8, 56) == (2, 7)  # a 3x3 conv passes no pointwise
+    assert target_tile(AVX512, 4, 56) == default_tile(4, 56, 24)
 
 
 def test_pointwise_default_reaches_the_built_schedule():
@@ -180,8 +200,8 @@ def test_blocks_below_the_vector_width(c, oc, x_block, y_block, groups):
 @pytest.mark.parametrize("bits, tile", [(512, (3, 7)), (256, (2, 7)), (128, (2, 7))])
 def test_default_tile_by_vector_registers(bits, tile):
     """AVX-512's 32 registers hold a tile of 21 accumulators (3 blocks x 7 columns) where
-    AVX2's 16 hold 14; the tile computes the conv."""
-    args, out, anchor = conv_group(c=16, oc=96, hw=(7, 7), k=1, stride=1, pad=0, block=16)
+    AVX2's 16 hold 14; the tile computes the conv (a 3x3: 1x1 convs have pointwise_tile)."""
+    args, out, anchor = conv_group(c=16, oc=96, hw=(7, 7), k=3, stride=1, pad=1, block=16)
     cfg = Config()
     _, attrs, tensor = anchor
     from packager.ops.registry import ScheduleContext
@@ -252,22 +272,23 @@ def test_columns_outside_blocks_compute_the_conv():
     the conv (with its residual epilogue, and without an epilogue) gives the same sums."""
     for case in ("3x3_s1", "residual", "1x1"):
         args, out, anchor = conv_group(**CASES[case])
-        src = codegen_c(
-            te.lower(schedule_for([out], anchor, knobs={"tile_order": "ow_oc"}), [*args, out], "k")
-        )
+        knobs = {"tile_order": "ow_oc", "tile_oc": 2}  # 1x1 defaults to one block
+        src = codegen_c(te.lower(schedule_for([out], anchor, knobs=knobs), [*args, out], "k"))
         body = src[src.index("for (int64_t rcb") :]
         assert body.index("for (int64_t conv_nchwc_i3") < body.index("for (int64_t conv_nchwc_i1")
-        got, want = run_group(args, out, anchor, {"tile_order": "ow_oc"})
+        got, want = run_group(args, out, anchor, knobs)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize(
-    "bits, hw, tile", [(256, 56, (3, 4)), (256, 14, (2, 7)), (512, 56, (3, 8))]
+    "bits, hw, k, tile",
+    [(256, 56, 1, (3, 4)), (256, 14, 3, (2, 7)), (256, 14, 1, (1, 14)), (512, 56, 1, (3, 8))],
 )
-def test_sixteen_registers_take_a_spill_free_tile_where_one_exists(bits, hw, tile):
+def test_sixteen_registers_take_a_spill_free_tile_where_one_exists(bits, hw, k, tile):
     """At 256 bits a 3 x 4 tile (12 accumulators, 3 weights, 1 broadcast: 16 registers)
-    where the shape allows one; 2 x 7 where it does not (14 wide); AVX-512 fills 24."""
-    case = dict(c=16, oc=48, hw=(hw, hw), k=1, stride=1, pad=0)
+    where the shape allows one; where it does not (14 wide), 2 x 7 for a 3x3 conv and
+    1 x 14 for a 1x1 (pointwise_tile); AVX-512 fills 24."""
+    case = dict(c=16, oc=48, hw=(hw, hw), k=k, stride=1, pad=k // 2)
     got = _defaults(case, CpuTarget(vector_bits=bits))
     assert (got["tile_oc"], got["tile_ow"]) == tile
 

@@ -15,7 +15,7 @@ from packager import te
 from packager.codegen.c import codegen_c
 from packager.lowering import schedule_for
 from packager.ops._cpu import find_tagged
-from packager.ops.conv_schedule import _default_pad, default_tile
+from packager.ops.conv_schedule import _default_pad, default_tile, target_tile
 from packager.ops.knobs import Config
 from packager.ops.registry import ScheduleContext, get_op
 from packager.target import CpuTarget
@@ -118,11 +118,16 @@ def test_defaults_give_the_old_nest(case):
     # broadcasts do not fit walks its blocks inside its columns.
     since = {"reduce_order": ("rcb", "kh", "kw")} if args[0].ndim == 4 else {"unroll_rci": 1}
     since["tile_order"] = "oc_ow"
+    conv = find_tagged(anchor[2], "conv")
+    if not any(a.var.name.startswith("rk") and a.extent > 1 for a in conv.op.reduce_axis):
+        # a 1x1 conv's tile now keeps its weights in the L1 (pointwise_tile)
+        _, blocks, _, width, _ = conv.shape
+        since["tile_oc"], since["tile_ow"] = target_tile(CpuTarget(), blocks, width)
     for knobs in OLD_KNOBS:
         # each schedule on a group of its own: cache_write rewrites the stage it caches
         with te.fresh_names():
             args, out, anchor = _group(case)
-        new = _c(schedule_for([out], anchor, knobs={**knobs, **since}), args, out)
+        new = _c(schedule_for([out], anchor, knobs={**since, **knobs}), args, out)
         with te.fresh_names():
             args, out, anchor = _group(case)
         assert new == _c(_old_schedule([out], anchor[2], knobs), args, out), knobs
