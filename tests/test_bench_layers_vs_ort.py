@@ -4,21 +4,10 @@ ORT writes them and on a real run of a small model."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "bench" / "layers_vs_ort.py"
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("pk_bench_layers_vs_ort", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from .helpers import bench_module
 
 
 def _conv_clip_add_model():
@@ -48,7 +37,7 @@ def _conv_clip_add_model():
 
 
 def test_ort_names_lead_back_through_fused_ops_to_the_kernel_node():
-    mod = _module()
+    mod = bench_module("layers_vs_ort")
     model = _conv_clip_add_model()
     producer = {o: n for n in model.graph.node for o in n.output}
     nodes = {n.name: n for n in model.graph.node}
@@ -60,7 +49,7 @@ def test_ort_names_lead_back_through_fused_ops_to_the_kernel_node():
 
 
 def test_a_run_charges_every_conv_to_its_kernel():
-    mod = _module()
+    mod = bench_module("layers_vs_ort")
     rows, unmatched, whole = mod.compare(_conv_clip_add_model(), "host", 1, 3)
     charged = {func: ort for _, ort, func, _ in rows}
     convs = [f for f in charged if "conv" in f]

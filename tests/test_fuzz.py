@@ -3,7 +3,6 @@ short while on seeds from real bundles without a crash. bench/fuzz.py runs them 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -11,14 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from .helpers import bench_module
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _fuzz_module():
-    spec = importlib.util.spec_from_file_location("pk_bench_fuzz", ROOT / "bench" / "fuzz.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _have_libfuzzer(tmp: Path) -> bool:
@@ -43,7 +37,7 @@ def fuzzers(tmp_path_factory):
         if os.environ.get("CI"):  # scripts/test.sh installed it: its absence is a failure
             pytest.fail(why)
         pytest.skip(why)
-    fuzz = _fuzz_module()
+    fuzz = bench_module("fuzz")
     kernels = fuzz.make_seeds(work)
     return fuzz, fuzz.build_fuzzers(work / "build", kernels), work
 

@@ -104,11 +104,10 @@ def pointwise_tile(
     room = L1_SHARE * (target.l1d_bytes or DEFAULT_L1_BYTES)
     fitting = [
         (oc, ow)
-        for oc in _divisors(out_blocks, MAX_OC_TILE)
-        for ow in _divisors(out_width, budget)
-        if oc * ow <= budget and (oc * block + ow) * reduce_bytes <= room
+        for oc, ow in _tiles(out_blocks, out_width, budget)
+        if (oc * block + ow) * reduce_bytes <= room
     ]
-    best = max(fitting, key=lambda t: (t[0] * t[1], -(t[0] + t[1]), t[1]), default=None)
+    best = max(fitting, key=_tile_rank, default=None)
     if best is None or best[0] * best[1] < POINTWISE_COLUMNS - 1:
         best = 1, max(_divisors(out_width, POINTWISE_COLUMNS))
     # too few accumulators (a 13-wide row has no divisor from 2 to 8: one accumulator ran
@@ -157,16 +156,26 @@ def _divisors(n: int, most: int) -> list[int]:
     return [d for d in range(1, min(n, most) + 1) if n % d == 0] or [1]
 
 
-def default_tile(out_blocks: int, out_width: int, budget: int = ACC_REGS) -> tuple[int, int]:
-    """(oc tile, ow tile) with the most accumulators within ``budget``; among equals the
-    one loading least per FMA step (oc weight vectors + ow broadcasts)."""
-    tiles = [
+def _tiles(out_blocks: int, out_width: int, budget: int) -> list[tuple[int, int]]:
+    """Every (oc tile, ow tile) dividing the output with at most ``budget`` accumulators."""
+    return [
         (oc, ow)
         for oc in _divisors(out_blocks, MAX_OC_TILE)
         for ow in _divisors(out_width, budget)
         if oc * ow <= budget
     ]
-    return max(tiles, key=lambda t: (t[0] * t[1], -(t[0] + t[1]), t[1]))
+
+
+def _tile_rank(tile: tuple[int, int]) -> tuple[int, int, int]:
+    """The most accumulators; among equals the one loading least per FMA step (oc weight
+    vectors + ow broadcasts)."""
+    oc, ow = tile
+    return oc * ow, -(oc + ow), ow
+
+
+def default_tile(out_blocks: int, out_width: int, budget: int = ACC_REGS) -> tuple[int, int]:
+    """(oc tile, ow tile) with the most accumulators within ``budget`` (_tile_rank)."""
+    return max(_tiles(out_blocks, out_width, budget), key=_tile_rank)
 
 
 @register_schedule("conv2d_nchwc", "cpu")
