@@ -28,6 +28,7 @@ from .lowering import Kernel
 from .names import safe_name
 from .params_file import file_size, write_params
 from .safe_paths import check_bundle_output, remove_quietly, signals_held
+from .toolchain import cmake_quote
 from .tune.features import flop_count
 
 C_RUNTIME = resources.c_runtime()
@@ -235,8 +236,11 @@ def runtime_settings(compiled) -> str:
         "# builds the OpenCL backend (the bundle has OpenCL kernels); PK_ACCEL sim or uio\n"
         "# builds the accelerator backend with that driver (the bundle has\n"
         "# kernels/program.accel); PK_STATIC ON links run_bundle with -static (the\n"
-        "# profile's toolchain.link).\n"
+        "# profile's toolchain.link). PK_BOARD_CFLAGS is the default of PK_CFLAGS (the\n"
+        "# profile's toolchain.cflags): the kernels are written for the board's vector\n"
+        "# unit and run many times slower without them.\n"
         f"set(PK_NUM_THREADS {compiled.threads})\n"
+        f"set(PK_BOARD_CFLAGS {cmake_quote(' '.join(compiled.cflags))})\n"
         f'set(PK_PIN_CORES "{pins}")\n'
         + ("set(PK_OPENCL ON)\n" if opencl else "")
         + (f"set(PK_ACCEL {compiled.accel.driver})\n" if accel else "")

@@ -49,6 +49,8 @@ class Compiled:
     # put there (graph/passes/place_accel.placement)
     accel: Target | None = None
     placement: dict | None = None
+    # the board profile's compiler flags: the bundle's CMake build takes them by default
+    cflags: tuple[str, ...] = ()
 
 
 def prepare_graph(
@@ -123,9 +125,10 @@ def compile_model(
     if placed is not None:
         say(placement_line(placed))
     static = board is not None and board.toolchain.static
+    cflags = tuple(board.toolchain.cflags) if board is not None else ()
     return Compiled(
         graph, plan, kernels, funcs, target.cores, target.big_cores, static, extra, budget,
-        accel, placed,
+        accel, placed, cflags,
     )  # fmt: skip
 
 

@@ -34,20 +34,20 @@ def toolchain_file(board: Board) -> str:
             "set(CMAKE_SYSTEM_NAME Linux)",
             f"set(CMAKE_SYSTEM_PROCESSOR {CMAKE_PROCESSOR[board.arch]})",
         ]
-    lines.append(f"set(CMAKE_C_COMPILER {_quote(tc.cc)})")
+    lines.append(f"set(CMAKE_C_COMPILER {cmake_quote(tc.cc)})")
     if tc.sysroot:
         lines += [
-            f"set(CMAKE_SYSROOT {_quote(tc.sysroot)})",
+            f"set(CMAKE_SYSROOT {cmake_quote(tc.sysroot)})",
             "set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)",
             "set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)",
             "set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)",
         ]
     flags = " ".join(tc.cflags)
     # A cache entry, so `-DPK_CFLAGS=...` on the command line still wins.
-    lines.append(f'set(PK_CFLAGS {_quote(flags)} CACHE STRING "Board flags ({board.name})")')
+    lines.append(f'set(PK_CFLAGS {cmake_quote(flags)} CACHE STRING "Board flags ({board.name})")')
     return "\n".join(lines) + "\n"
 
 
-def _quote(text: str) -> str:
+def cmake_quote(text: str) -> str:
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
     return f'"{escaped}"'

@@ -1,6 +1,7 @@
 """A bundle used the way an application uses it: add_subdirectory() in the application's own
 CMake project, linked against pk_bundle, driven through pk_runtime.h."""
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -57,9 +58,16 @@ def test_application_links_bundle_with_add_subdirectory(tmp_path):
     (app / "main.c").write_text(APP)
     (app / "CMakeLists.txt").write_text(CMAKE)
     build = tmp_path / "build"
-    for cmd in ([cmake_bin(), "-S", app, "-B", build], [cmake_bin(), "--build", build, "-j2"]):
+    configure = [cmake_bin(), "-S", app, "-B", build, "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"]
+    for cmd in (configure, [cmake_bin(), "--build", build, "-j2"]):
         r = subprocess.run(cmd, capture_output=True, text=True)
         assert r.returncode == 0, r.stdout + r.stderr
+    # no -DPK_CFLAGS given: every kernel is compiled with the board profile's flags
+    flags = load_board("host").toolchain.cflags
+    kernels = [c for c in json.loads((build / "compile_commands.json").read_text())
+               if "/kernels/" in c["file"]]  # fmt: skip
+    # -O2 first, the board's flags after it so that they win
+    assert kernels and all(f" -O2 {' '.join(flags)} " in c["command"] for c in kernels), kernels
     x = np.load(app / "bundle" / "selftest" / "input_0.npy")
     (tmp_path / "x.bin").write_bytes(x.tobytes())
     r = subprocess.run(
@@ -69,3 +77,20 @@ def test_application_links_bundle_with_add_subdirectory(tmp_path):
     got = np.array([float(v) for v in r.stdout.split()], np.float32)
     want = np.load(app / "bundle" / "selftest" / "output_0.npy").ravel()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_flags_on_the_command_line_replace_the_profiles(tmp_path):
+    bundle = tmp_path / "bundle"
+    package(str(ROOT / "examples" / "tiny_cnn.onnx"), load_board("host"), str(bundle))
+    assert (
+        'set(PK_BOARD_CFLAGS "-O3 -fno-tree-coalesce-vars -march=native")\n'
+        in (bundle / "bundle.cmake").read_text()
+    )
+    build = tmp_path / "build"
+    r = subprocess.run(
+        [cmake_bin(), "-S", bundle, "-B", build, "-DPK_CFLAGS=-O1 -mno-avx"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "PK_CFLAGS:STRING=-O1 -mno-avx\n" in (build / "CMakeCache.txt").read_text()
