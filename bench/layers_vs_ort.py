@@ -11,6 +11,7 @@ takes; the ratio is bundle / ORT.
 
     python bench/layers_vs_ort.py --model tv_mobilenet_v2 --threads 1 --repeat 50
     python bench/layers_vs_ort.py --model resnet50 --top 10
+    python bench/layers_vs_ort.py --model tv_mobilenet_v2 --tuned   # tuning_logs/host/ applied
 
 Two profilers, two overheads: compare rows with each other and against the totals, not
 with bench/compare_ort.py's whole-run medians.
@@ -38,9 +39,12 @@ FOLDED = {"Relu", "Clip", "Add", "Sum", "BatchNormalization", "Sigmoid", "Mul", 
 SUFFIXES = ("_kernel_time", "_nchwc")
 
 
-def bundle_kernels(model, workdir: Path, board: str, threads: int, repeat: int) -> list[dict]:
-    """The bundle's kernel rows (func, nodes, median_ms) from run_bundle --profile-json."""
-    bundle, exe = co.build_bundle(model, workdir, board_name=board)
+def bundle_kernels(
+    model, workdir: Path, board: str, threads: int, repeat: int, tuned: bool = False
+) -> list[dict]:
+    """The bundle's kernel rows (func, nodes, median_ms) from run_bundle --profile-json;
+    ``tuned``: with the board's tuning records for this machine."""
+    bundle, exe = co.build_bundle(model, workdir, "own" if tuned else None, board_name=board)
     doc = workdir / "profile.json"
     cmd = [str(exe), str(bundle), "--profile-json", str(doc), "--repeat", str(repeat)]
     for k, (name, a) in enumerate(co.input_feeds(model).items()):
@@ -92,11 +96,11 @@ def anchor_of(onnx_name: str, producer: dict, nodes: dict, wanted: set[str]) -> 
     return node.name if node is not None and node.name in wanted else None
 
 
-def compare(model, board: str, threads: int, repeat: int) -> list[tuple]:
+def compare(model, board: str, threads: int, repeat: int, tuned: bool = False) -> list[tuple]:
     """Rows (bundle ms, ORT ms, kernel func, first node), the ORT time charged to no
     kernel, and ORT's whole run without the profiler."""
     with tempfile.TemporaryDirectory() as d:
-        kernels = bundle_kernels(model, Path(d), board, threads, repeat)
+        kernels = bundle_kernels(model, Path(d), board, threads, repeat, tuned)
         ort_ms, whole = ort_node_medians(model, Path(d), threads, repeat)
     producer = {o: n for n in model.graph.node for o in n.output}
     nodes = {n.name: n for n in model.graph.node}
@@ -124,12 +128,14 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--tuned", action="store_true", help="apply tuning_logs/BOARD/ (own records)")
     args = ap.parse_args(argv)
     model = co.MODELS[args.model]()
-    rows, unmatched, whole = compare(model, args.board, args.threads, args.repeat)
+    rows, unmatched, whole = compare(model, args.board, args.threads, args.repeat, args.tuned)
     ours, theirs = sum(r[0] for r in rows), sum(r[1] for r in rows) + unmatched
     print(
-        f"{args.model}, {args.threads} thread(s), board {args.board}: kernels {ours:.3f} ms, "
+        f"{args.model}, {args.threads} thread(s), board {args.board}"
+        f"{' tuned' if args.tuned else ''}: kernels {ours:.3f} ms, "
         f"ORT nodes {theirs:.3f} ms ({unmatched:.3f} in nodes of its own; "
         f"{whole:.3f} ms a run without its profiler), bundle/ORT {ours / theirs:.2f}"
     )
