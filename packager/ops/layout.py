@@ -11,10 +11,12 @@ the block, if any, the last axis).
 
 from __future__ import annotations
 
+import math
 import re
 
 from .. import te
-from .registry import register_op
+from ..te.schedule import Schedule, create_schedule, default_schedule, parallel_outer
+from .registry import ScheduleContext, register_op, register_schedule
 
 _BLOCKED = re.compile(r"^NCHW(\d+)c$")
 
@@ -73,3 +75,44 @@ def layout_transform(inputs, attrs):
     if src == 1:
         return [_to_blocked(x, dst)]
     return [_from_blocked(x, int(attrs.get("channels") or x.shape[1] * src))]
+
+
+@register_schedule("layout_transform", "cpu")
+def schedule_layout_transform_cpu(ctx: ScheduleContext) -> Schedule:
+    """Out of blocks into NCHW: a block's channels unrolled inside the loop over its
+    pixels, so each line of the blocked input (a pixel's channels) is read once, while
+    it is in the L1; with the pixels of a plane in whole vectors, a vector of them
+    (the channels then read a vector apart). By default each channel walks all of its
+    block's plane (one lane of every line), and a plane larger than the L2 is read from
+    memory once per channel (0.30 -> 0.07 ms for 32 channels at 112x112). Everything
+    else: the default."""
+    out = ctx.outs[0]
+    op = out.op
+    if len(ctx.outs) != 1 or out is not ctx.anchor or op.name != "from_blocked":
+        return default_schedule(ctx.outs, ctx.target)
+    (x,) = op.input_tensors
+    block = x.shape[-1]
+    if out.ndim < 3 or out.shape[1] % block:
+        return default_schedule(ctx.outs, ctx.target)
+    sch = create_schedule(ctx.outs)
+    st = sch[out]
+    n, ch, *spatial = st.op.axis
+    cb, ci = st.split(ch, block)
+    lanes = min(ctx.target.lanes, block)
+    pixels = math.prod(a.extent for a in spatial)
+    if lanes >= 2 and pixels % lanes == 0:
+        # the rows stay a loop of their own (parallel chunks) when vectors fill a row
+        rows, cols = spatial[:-1], spatial[-1]
+        if cols.extent % lanes:
+            rows, cols = [], st.fuse(*spatial)
+        po, pi = st.split(cols, lanes)
+        st.reorder(n, cb, *rows, po, ci, pi)
+        st.vectorize(pi)
+        inner = pi
+    else:  # scalar: a pixel's channels side by side
+        st.reorder(n, cb, *spatial, ci)
+        inner = ci
+    st.unroll(ci)
+    if ctx.target.cores > 1:
+        parallel_outer(st, ctx.target, keep={id(inner)})
+    return sch

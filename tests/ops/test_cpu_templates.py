@@ -110,6 +110,36 @@ def test_short_reductions_keep_one_chain():
     assert "float reduce_mean[1];" in src
 
 
+@pytest.mark.parametrize(
+    "shape,channels,form",
+    [
+        ((2, 3, 5, 16, 8), 24, "vector"),  # a block's channels x a vector of a row
+        ((1, 2, 3, 2, 8, 8), 16, "vector"),  # two spatial dims before the columns
+        ((1, 2, 4, 6, 8), 16, "vector"),  # rows of 6: vectors of the plane's pixels
+        ((1, 2, 5, 11, 8), 16, "scalar"),  # 55 pixels: a pixel's channels side by side
+        ((1, 3, 4, 8, 8), 20, "default"),  # 20 of 24 channels: the generic schedule
+    ],
+)
+def test_out_of_blocks_reads_each_line_once(shape, channels, form):
+    """Leaving a blocked layout: a block's channels unrolled inside the loop over its
+    pixels (or the generic schedule where that does not fit), the same bytes either way."""
+    from packager.graph.passes.layout_pack import from_blocked
+
+    x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    attrs = {"src": f"NCHW{shape[-1]}c", "dst": "NCHW", "channels": channels}
+    out, src = _run("layout_transform", attrs, [x])
+    np.testing.assert_array_equal(out, from_blocked(x)[:, :channels])
+    np.testing.assert_array_equal(out, _run("layout_transform", attrs, [x], generic=True)[0])
+    unrolled = r"#pragma GCC unroll 8\s+for \(int64_t \w+_i1_i = 0; \w+ < 8; \+\+\w+\) \{\s*"
+    if form == "vector":
+        assert re.search(unrolled + r"\{ /\* \w+: 8 lanes", src), src
+    elif form == "scalar":
+        store = r"(const [^;]*;\s*)?\w+\["
+        assert re.search(unrolled + store, src) and "lanes" not in src, src
+    else:
+        assert "#pragma GCC unroll" not in src, src
+
+
 @pytest.mark.parametrize("op", ["max_pool_nchwc", "avg_pool_nchwc"])
 def test_blocked_pools(op):
     x = np.random.default_rng(3).standard_normal((1, 2, 9, 9, 8)).astype(np.float32)
