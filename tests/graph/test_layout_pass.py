@@ -264,6 +264,69 @@ def test_convs_feeding_a_concat_share_its_block():
     check_numbers(model, g)
 
 
+def _resize(n, x, out_hw, mode="nearest", ctm="asymmetric", roi=None, **attrs):
+    """A Resize of H and W to ``out_hw`` (sizes input; roi for tf_crop_and_resize)."""
+    roi_in = n.const(roi) if roi is not None else ""
+    sizes = n.const([n.shape[0], attrs.pop("channels"), *out_hw], np.int64)
+    return n.op(
+        "Resize", [x, roi_in, "", sizes], mode=mode, coordinate_transformation_mode=ctm, **attrs
+    )
+
+
+def test_fpn_upsampling_and_concat_run_blocked():
+    """An FPN's head: parts of 24 channels upsampled by 2 and 4 (nearest) and by 2
+    (linear), concatenated: every resize and the concat run on blocks of 8, with no
+    transform but the input's and the output's (before: each part out of its blocks,
+    resized and concatenated in NCHW, and into blocks again)."""
+    n = Net((1, 16, 16, 16))
+    p0 = n.conv("x", 16, 24)
+    p1 = n.conv(n.conv("x", 16, 16, stride=2), 16, 24)
+    p2 = n.conv(n.conv(n.conv("x", 16, 16, stride=2), 16, 16, stride=2), 16, 24)
+    up1 = _resize(n, p1, (16, 16), channels=24)
+    up2 = _resize(n, p2, (16, 16), channels=24)
+    lin = _resize(n, p1, (16, 16), "linear", "half_pixel", channels=24)
+    model = n.graph(n.op("Concat", [p0, up1, up2, lin], axis=1))
+    g = run_pass(model, board=BOARD_512)
+    resizes = [v for v in g.nodes if v.op == "resize"]
+    assert len(resizes) == 3
+    assert all(g.values[r.outputs[0]].shape == (1, 3, 16, 16, 8) for r in resizes), resizes
+    assert all(r.attrs["sizes"] == [1, 3, 16, 16, 8] for r in resizes)
+    assert all(r.attrs["scales"][-1] == 1.0 for r in resizes)
+    (cat,) = [v for v in g.nodes if v.op == "concat"]
+    assert g.values[cat.outputs[0]].shape == (1, 12, 16, 16, 8)
+    assert ops(g)["layout_transform"] == 2
+    check_numbers(model, g)
+
+
+@pytest.mark.parametrize("extrapolation", [0.0, 2.5])
+def test_crop_and_resize_of_blocks(extrapolation):
+    """tf_crop_and_resize reads its roi per axis: the blocked form's block axis gets the
+    whole range, and the value put outside the crop lands in whole blocks only."""
+    channels = 24
+    n = Net((1, 16, 8, 8))
+    y = n.conv("x", 16, channels)
+    roi = [0, 0, 0.1, -0.2, 1, 1, 0.9, 1.3]
+    y = _resize(n, y, (6, 10), "linear", "tf_crop_and_resize", roi, channels=channels,
+                extrapolation_value=extrapolation)  # fmt: skip
+    model = n.graph(n.op("Relu", [y]))
+    g = run_pass(model)
+    (r,) = [v for v in g.nodes if v.op == "resize"]
+    assert g.values[r.outputs[0]].shape == (1, 3, 6, 10, 8)
+    assert r.attrs["roi"] == pytest.approx([0, 0, 0.1, -0.2, 0, 1, 1, 0.9, 1.3, 1])
+    check_numbers(model, g)
+
+
+def test_resize_of_channels_stays_nchw():
+    n = Net((1, 16, 4, 4))
+    y = n.conv("x", 16, 16)
+    sizes = n.const([1, 32, 8, 8], np.int64)
+    model = n.graph(n.op("Resize", [y, "", "", sizes], mode="nearest"))
+    g = run_pass(model)
+    (r,) = [v for v in g.nodes if v.op == "resize"]
+    assert len(g.values[r.inputs[0]].shape) == 4
+    check_numbers(model, g)
+
+
 def test_add_of_different_blocks_runs_in_nchw():
     """A depthwise conv keeps its input's block (16), its neighbour picks 8 by the
     concat after it; the add joining them runs in NCHW."""

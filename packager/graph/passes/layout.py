@@ -3,7 +3,7 @@
 A 2-D float32 conv with constant weights becomes ``conv2d_nchwc`` (weights packed here,
 with numpy); the ops that follow it run on its blocked output as long as they are
 layout-aware (RULES in layout_rules.py: elementwise, broadcast, per-channel affine, pools, global
-pools, channel concat, spatial pad, per-tensor quantize and dequantize). The integers
+pools, channel concat, spatial pad and resize, per-tensor quantize and dequantize). The integers
 int8_layout.py blocked for a DequantizeLinear seed blocked floats the same way: the
 float ops between integer convs run blocked. ``layout_transform`` nodes appear only at the
 boundaries: into a conv whose input is plain NCHW, and out of the blocked form before

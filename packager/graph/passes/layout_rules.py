@@ -15,6 +15,7 @@ from collections.abc import Callable
 from ...ops.binary import BINARY, VARIADIC
 from ...ops.reduce import REDUCERS
 from ...ops.registry import get_op
+from ...ops.resize import resized_dims
 from ..ir import Graph, Node
 from ..uses import scalar_qparams
 from .layout_pack import pack_channels, pack_conv_weight, pack_spanned_conv_weight
@@ -181,6 +182,31 @@ def _pad(rw: Rewriter, node: Node) -> Node | None:
     return _like(node, "pad", [rw.blocked[x]], rw, rw.block_of(x), pads=blocked_pads)
 
 
+def _resize(rw: Rewriter, node: Node) -> Node | None:
+    """A resize of H and W only (an FPN's upsampling) resizes the same axes of the blocked
+    form, each pixel's block of channels one contiguous vector; the blocked form's padded
+    channels stay zeros (no extrapolation value lands there)."""
+    x = node.inputs[0]
+    if not rw.is_blocked(x) or len(node.inputs) != 1:
+        return None
+    shape = rw.value(x).shape
+    if len(shape) != 4 or not set(resized_dims(shape, node.attrs)) <= {2, 3}:
+        return None
+    b = rw.block_of(x)
+    crop = node.attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize"
+    if crop and shape[1] % b and node.attrs.get("extrapolation_value", 0.0) != 0.0:
+        return None
+    n, c, h, w = node.attrs["sizes"]
+    attrs = {
+        "sizes": [n, -(-c // b), h, w, b],
+        "scales": [*node.attrs["scales"], 1.0],
+    }
+    if "roi" in node.attrs:
+        roi = list(node.attrs["roi"])
+        attrs["roi"] = [*roi[:4], 0.0, *roi[4:], 1.0]
+    return _like(node, "resize", [rw.blocked[x]], rw, b, **attrs)
+
+
 def _like(node: Node, op: str, inputs: list[str], rw: Rewriter, block: int, **attrs) -> Node:
     """``node`` as ``op`` on ``inputs``, its output the blocked form of its own with
     ``block`` channels a block."""
@@ -198,6 +224,7 @@ RULES: dict[str, Callable] = {
     "concat": _concat,
     "channel_shuffle": _elementwise,  # a shuffle of the blocked form's channels
     "pad": _pad,
+    "resize": _resize,
     "quantize_linear": _quantization,
     "dequantize_linear": _quantization,
     "quantize_blocked": _quantize_into_blocks,
@@ -208,7 +235,7 @@ RULES: dict[str, Callable] = {
 
 
 # Rules whose output keeps the block of input 0, which a concat's block cap goes through.
-_FOLLOWERS = (_elementwise, _per_channel, _pool, _pad)
+_FOLLOWERS = (_elementwise, _per_channel, _pool, _pad, _resize)
 
 
 def concat_caps(graph: Graph, lanes: int) -> dict[str, int]:
