@@ -177,13 +177,13 @@ def _host() -> Board:
     return load_board("host")
 
 
-def make_selftest(model, graph: Graph, seed: int = 0, path: str = "model"):
+def make_selftest(model, graph: Graph, seed: int = 0, path: str = "model", say=None):
     """Random inputs and the reference's outputs for them."""
     rng = np.random.default_rng(seed)
     inputs = [random_input(graph.values[n].shape, graph.values[n].dtype, rng) for n in graph.inputs]
     try:
         feeds = dict(zip(graph.inputs, inputs, strict=True))
-        outputs = run_reference(_unique_node_names(model), feeds)
+        outputs = run_reference(_unique_node_names(model), feeds, say)
     except PackagerError:
         raise
     except Exception as e:  # onnxruntime and onnx's evaluator raise many types
@@ -299,7 +299,7 @@ def package(
         say(line)  # never silent about kernels left with default schedules
     memory = memory_estimate(compiled)
     check_memory(memory, board, model_path)  # before the selftest's minutes, and any file
-    tests = make_selftest(model, compiled.graph, path=model_path) if selftest else None
+    tests = make_selftest(model, compiled.graph, path=model_path, say=say) if selftest else None
     if tests is not None and integer_ops(compiled.graph):
         tests = (
             tests[0],

@@ -95,3 +95,32 @@ def test_silero_vad_if_on_the_sample_rate_names_the_input_to_give(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "b" / "graph.json").exists()
+
+
+def test_silero_vad_frozen_packages_whether_or_not_onnx_runtime_crashes_on_it(tmp_path):
+    """ONNX Runtime 1.32 dies of SIGSEGV creating a session for Silero VAD once its dims
+    are fixed and sr is a constant: the build's reference then comes from onnx's
+    evaluator (one line says so), and the selftest holds the evaluator's outputs."""
+    from packager.boards import load_board
+    from packager.package import package
+    from packager.reference import evaluator
+
+    model = load("silero_vad")
+    dims = {"input": (1, 512), "state": (2, 1, 128)}
+    for vi in model.graph.input:
+        if vi.name in dims:
+            for d, n in zip(vi.type.tensor_type.shape.dim, dims[vi.name], strict=True):
+                d.Clear()
+                d.dim_value = n
+    model = freeze_inputs(model, {"sr": np.array(16000, np.int64)})
+    path = tmp_path / "vad16k.onnx"
+    onnx.save(model, path)
+    lines = []
+    package(str(path), load_board("host"), str(tmp_path / "b"), log=lines.append)
+    crashed = [ln for ln in lines if ln.startswith("ONNX Runtime crashed")]
+    assert len(crashed) <= 1, lines
+    sel = tmp_path / "b" / "selftest"
+    feeds = {"input": np.load(sel / "input_0.npy"), "state": np.load(sel / "input_1.npy")}
+    want = evaluator(model).run(None, feeds)
+    for k, w in enumerate(want):
+        np.testing.assert_allclose(np.load(sel / f"output_{k}.npy"), w, atol=1e-6, rtol=1e-5)

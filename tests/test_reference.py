@@ -6,6 +6,7 @@ where it runs the case, ONNX Runtime."""
 from __future__ import annotations
 
 import math
+import signal
 
 import numpy as np
 import onnx
@@ -13,7 +14,7 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from packager.reference import evaluator, run_reference
+from packager.reference import _ort_outputs, evaluator, run_reference
 
 from .helpers import ort_outputs
 
@@ -288,3 +289,34 @@ def test_run_reference_falls_back_to_fixed_evaluator(op, opset, inputs, attrs, w
         ort_outputs(model, feeds)
     (got,) = run_reference(model, feeds)
     np.testing.assert_allclose(got, want(), rtol=1e-5, atol=1e-6)
+
+
+def _softmax_model():
+    return one_node("Softmax", 13, [np.arange(12, dtype=np.float32).reshape(3, 4) / 7])
+
+
+def test_onnx_runtime_runs_in_a_process_of_its_own():
+    """Its answer comes back through files, names and dtypes intact."""
+    model, feeds = _softmax_model()
+    (got,) = _ort_outputs(model, feeds, say=pytest.fail)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, ort_outputs(model, feeds)[0])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGSEGV, signal.SIGABRT])
+def test_a_crash_of_onnx_runtime_leaves_the_evaluator_to_answer(sig):
+    """A model can crash ONNX Runtime (Silero VAD with its sample rate frozen does, in
+    1.32): the child dies of the signal, the packager says so in one line and lives on."""
+    model, feeds = _softmax_model()
+    lines = []
+    crash = f"import os, signal; os.kill(os.getpid(), signal.{sig.name})"
+    assert _ort_outputs(model, feeds, lines.append, child=crash) is None
+    assert lines == [
+        f"ONNX Runtime crashed ({sig.name}) running the model for the reference; "
+        "using onnx's reference evaluator instead"
+    ]
+
+
+def test_a_model_onnx_runtime_refuses_is_no_crash():
+    model, feeds = one_node("BatchNormalization", 6, [X4, *STATS])
+    assert _ort_outputs(model, feeds, say=pytest.fail) is None
