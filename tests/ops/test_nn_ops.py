@@ -153,6 +153,8 @@ add_ort("GlobalLpPool", [f32(2, 3, 5)], {"p": 1})
 # --- LRN -----------------------------------------------------------------------
 add_ort("LRN", [X4], {"size": 3})
 add_ort("LRN", [f32(2, 5, 3, 3)], {"size": 5, "alpha": 0.01, "beta": 0.5, "bias": 2.0})
+add_ort("LRN", [f32(1, 7, 4, 5)], {"size": 5, "alpha": 0.5, "beta": 1.0, "bias": 1.5})
+add_ort("LRN", [f32(1, 7, 4, 5)], {"size": 3, "alpha": 0.3, "beta": 0.6})  # pow
 
 # --- softmax family --------------------------------------------------------------
 XS = f32(2, 3, 4)
@@ -363,6 +365,18 @@ def test_against_onnxruntime(key):
     feeds = {f"x{k}": a for k, a in enumerate(inputs) if a is not None and k not in consts}
     got = run_model(model, feeds)
     assert_close(got, sess.run(None, feeds))
+
+
+@pytest.mark.parametrize("beta, calls", [(0.75, "sqrtf"), (0.5, "sqrtf"), (0.6, "powf")])
+def test_lrn_powers_in_square_roots(beta, calls):
+    """beta 0.75 (AlexNet's, GoogLeNet's) and 0.5 take square roots, not pow per element."""
+    from packager.boards import load_board
+    from packager.package import compile_model
+
+    x = f32(1, 8, 4, 4)
+    model = one_node_model("LRN", [x], {"size": 5, "beta": beta})
+    (kernel,) = compile_model(model, load_board("host")).kernels
+    assert calls in kernel.source and ("powf" in kernel.source) == (calls == "powf")
 
 
 def test_lrn_even_size():
