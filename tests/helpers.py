@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -40,3 +41,10 @@ def bench_module(name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def sigint_default_in_child() -> None:
+    """For subprocess.Popen(preexec_fn=...): a shell without job control starts its
+    background commands with SIGINT ignored (a test run started with `&`), and so every
+    CLI a test starts would ignore a Ctrl-C. Interrupt tests are about a terminal's."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

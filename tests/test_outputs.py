@@ -15,6 +15,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from .helpers import sigint_default_in_child
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "tiny_cnn.onnx"
 
@@ -246,6 +248,14 @@ def test_inspect_plan_png_refusals_and_atomic_write(cli, tmp_path):
 # --- interrupts: real processes ---------------------------------------------------------
 
 
+@pytest.fixture
+def sigint_default():
+    """This process's SIGINT as Python sets it when nothing ignores it."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def start_cli(*args, cwd=None) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.Popen(
@@ -255,6 +265,7 @@ def start_cli(*args, cwd=None) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_default_in_child,
     )
 
 
@@ -312,7 +323,7 @@ def _busy(n: int = 200_000) -> int:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
-def test_signals_held_waits_when_another_thread_takes_the_signal(sig):
+def test_signals_held_waits_when_another_thread_takes_the_signal(sig, sigint_default):
     """The kernel hands a process signal to any thread that does not mask it (numpy's BLAS
     keeps workers); the held block must still finish before the handler runs. Before the
     fix, a SIGINT taken by such a thread interrupted `mkdtemp` after it made the directory
@@ -341,7 +352,7 @@ def test_signals_held_waits_when_another_thread_takes_the_signal(sig):
         signal.signal(signal.SIGTERM, before)
 
 
-def test_signals_held_nested_delivers_once_at_the_outer_end():
+def test_signals_held_nested_delivers_once_at_the_outer_end(sigint_default):
     from packager.safe_paths import signals_held
 
     steps = []

@@ -77,7 +77,7 @@ def layout_transform(inputs, attrs):
     return [_from_blocked(x, int(attrs.get("channels") or x.shape[1] * src))]
 
 
-@register_schedule("layout_transform", "cpu")
+@register_schedule("layout_transform", "cpu", tunable=False)
 def schedule_layout_transform_cpu(ctx: ScheduleContext) -> Schedule:
     """Out of blocks into NCHW: a block's channels unrolled inside the loop over its
     pixels, so each line of the blocked input (a pixel's channels) is read once, while

@@ -46,6 +46,8 @@ class OpDef:
     compute: Callable[[list[te.Tensor], dict], list[te.Tensor]]
     pattern: str
     schedules: dict[str, Callable] = field(default_factory=dict)
+    # targets whose template has no knobs: nothing to tune (packager/tune/tasks.py)
+    fixed: set[str] = field(default_factory=set)
 
 
 OPS: dict[str, OpDef] = {}
@@ -65,12 +67,15 @@ def register_op(name: str, pattern: str):
     return deco
 
 
-def register_schedule(name: str, target: str):
+def register_schedule(name: str, target: str, tunable: bool = True):
     """Decorator for a schedule template ``fn(ctx: ScheduleContext) -> te.Schedule`` of an
-    op; it also schedules fused groups anchored on the op."""
+    op; it also schedules fused groups anchored on the op. ``tunable=False``: a template
+    without knobs, whose kernels are no tuning tasks."""
 
     def deco(fn):
         OPS[name].schedules[target] = fn
+        if not tunable:
+            OPS[name].fixed.add(target)
         return fn
 
     return deco

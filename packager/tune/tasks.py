@@ -124,7 +124,8 @@ def template_of(node: Node, graph: Graph, family: str = "cpu") -> str | None:
     tunable)."""
     with te.fresh_names():
         _, _, (op, _, _) = node_computes(node, graph)
-    return op if op and family in get_op(op).schedules else None
+    tunable = op and family in get_op(op).schedules and family not in get_op(op).fixed
+    return op if tunable else None
 
 
 def placed_target(node: Node, graph: Graph, targets, inplace=()) -> Target:

@@ -24,6 +24,8 @@ from packager.tune.progress import Progress
 from packager.tune.run import tune_model
 from packager.tune.tuner import Options
 
+from ..helpers import sigint_default_in_child
+
 ROOT = Path(__file__).resolve().parents[2]
 FAST = Settings(min_seconds=0.002, samples=3)
 NUMBER = r"\d+\.\d\d"
@@ -121,7 +123,14 @@ def test_an_interrupted_run_says_so(conv_pool_onnx, tmp_path):
     cmd = [sys.executable, "-m", "packager.cli", "tune", str(conv_pool_onnx), "--board", "host"]
     cmd += ["--trials", "500", "--log", str(log)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen(
+        cmd,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=sigint_default_in_child,
+    )
     first = p.stderr.readline()  # the first batch of the first task is measured
     assert first.startswith("[1/4] "), first
     time.sleep(0.2)
