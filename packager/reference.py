@@ -18,8 +18,9 @@ def run_reference(
 ) -> list[np.ndarray]:
     """The model's outputs for ``feeds``: ONNX Runtime when installed, else onnx's
     reference evaluator with our corrections (slower, always there). ONNX Runtime runs in
-    a process of its own: a model can crash it (a null pointer inside it), and that must
-    not take the packager down; then ``say`` gets one line and the evaluator answers."""
+    a process of its own: a model can crash it (1.32 dies of SIGSEGV on Silero VAD with
+    its sample rate frozen), and that must not take the packager down; then ``say`` gets
+    one line and the evaluator answers."""
     outputs = _ort_outputs(model, feeds, say or (lambda msg: None))
     if outputs is not None:
         return outputs

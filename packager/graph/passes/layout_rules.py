@@ -193,6 +193,8 @@ def _resize(rw: Rewriter, node: Node) -> Node | None:
     if len(shape) != 4 or not set(resized_dims(shape, node.attrs)) <= {2, 3}:
         return None
     b = rw.block_of(x)
+    # a crop's extrapolation value would land in the padded channels of a partial last
+    # block, which stay zeros (blocked float convs write whole blocks only: not seen yet)
     crop = node.attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize"
     if crop and shape[1] % b and node.attrs.get("extrapolation_value", 0.0) != 0.0:
         return None
