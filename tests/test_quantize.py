@@ -141,7 +141,11 @@ def _cosine(a, b):
 def test_int8_outputs_agree_with_the_float_model(tiny, method, acts):
     q, _ = quantize_model(tiny, random_samples(16, tiny), method, activations=acts)
     ref = ort.InferenceSession(tiny.SerializeToString())
-    got = ort.InferenceSession(q.SerializeToString())
+    # the QDQ model's own semantics (dequantize, compute in float): ORT's optimized AVX2
+    # kernels for int8 activations saturate int16 pair sums (cosine 0.987 on a Zen 3)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    got = ort.InferenceSession(q.SerializeToString(), so)
     for s in random_samples(8, tiny, seed=5):
         assert _cosine(ref.run(None, s)[0], got.run(None, s)[0]) > 0.99
 
