@@ -34,6 +34,18 @@ def ort_outputs(model: onnx.ModelProto, feeds) -> list[np.ndarray]:
     return sess.run(None, feeds)
 
 
+def unoptimized_ort_session(model):
+    """ONNX Runtime with graph optimizations off, on ``model`` (a ModelProto or a path):
+    a QDQ model as written (dequantize, compute in float), not ORT's fused integer
+    kernels, whose AVX2 int8-activation path saturates int16 pair sums."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    source = model if isinstance(model, (str, Path)) else model.SerializeToString()
+    return ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
+
+
 def bench_module(name: str):
     """bench/NAME.py imported as a module (bench/ is not a package)."""
     path = Path(__file__).resolve().parent.parent / "bench" / f"{name}.py"

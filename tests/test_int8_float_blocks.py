@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from packager.package import prepare_graph
+from tests.helpers import unoptimized_ort_session
 from tests.test_int8_layout import _run
 
 SIZE = 6
@@ -87,10 +87,7 @@ def _chain_model(channels: int, tap: bool = False, dense: bool = False) -> onnx.
 
 
 def _ort(model: onnx.ModelProto, x: np.ndarray) -> list[np.ndarray]:
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), opts)
-    return sess.run(None, {"x": x})
+    return unoptimized_ort_session(model).run(None, {"x": x})
 
 
 def _graph(model, disabled=("fuse",)):

@@ -8,7 +8,6 @@ import collections
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -16,6 +15,7 @@ from packager.backend import PackagerBackend
 from packager.package import prepare_graph
 from packager.quantize import quantize_model
 from packager.quantize.samples import random_samples
+from tests.helpers import unoptimized_ort_session
 
 G, HW = 4, 6
 
@@ -75,8 +75,8 @@ def _shuffle_net(second_scale: float, c: int) -> onnx.ModelProto:
 def test_shuffle_between_one_scale_runs_on_the_integers(second_scale, c, integer, blocked):
     """20 channels fill no whole blocks of 16 nor of 8 (an AVX-512 or an AVX2 host): the
     shuffle then runs on the NCHW integers (a blocked shuffle would index the padded
-    channels). Of two scales it
-    shuffles the dequantized floats, blocked like the conv's integers."""
+    channels). Of two scales it shuffles the dequantized floats, blocked like the conv's
+    integers."""
     model = _shuffle_net(second_scale, c)
     graph, _ = prepare_graph(model, disabled_passes={"fuse"})
     (shuffle,) = [n for n in graph.nodes if n.op == "channel_shuffle"]
@@ -87,9 +87,7 @@ def test_shuffle_between_one_scale_runs_on_the_integers(second_scale, c, integer
     if integer:  # the one DQ left: the output's
         assert ops["dequantize_linear"] == 1
     feed = np.random.default_rng(1).uniform(-2, 2, (1, c, HW, HW)).astype(np.float32)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = unoptimized_ort_session(model)
     want = sess.run(None, {"x": feed})[0]
     got = PackagerBackend.prepare(model).run([feed])[0]
     assert (np.abs(got - want) <= 0.05 * 1.001).mean() >= 0.999
@@ -154,9 +152,7 @@ def test_quantized_concat_of_one_range_runs_on_the_integers(parts, axis, blocked
     xs = [graph.values[i] for i in cat.inputs]
     assert all(x.dtype == "uint8" and (len(x.shape) == 5) == blocked for x in xs)
     feed = np.random.default_rng(3).standard_normal((1, 16, HW, HW)).astype(np.float32)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(q.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = unoptimized_ort_session(q)
     want = sess.run(None, {"x": feed})[0]
     got = PackagerBackend.prepare(q).run([feed])[0]
     step = scales["out"]  # the pool averages values on the conv's steps

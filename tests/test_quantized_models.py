@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.shape_inference import quant_pre_process
@@ -17,6 +16,7 @@ from onnxruntime.quantization.shape_inference import quant_pre_process
 from packager.backend import PackagerBackend
 from packager.boards import load_board
 from packager.package import prepare_graph
+from tests.helpers import unoptimized_ort_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import networks  # noqa: E402
@@ -85,11 +85,7 @@ def _within_one_step(path: Path, model: onnx.ModelProto, board=None) -> None:
     """The bundle's logits within one quantization step of ONNX Runtime computing the
     QDQ graph in float (graph optimizations off), on 99.9% of them; the same top-1."""
     x = np.random.default_rng(5).standard_normal(SHAPE).astype(np.float32)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    want = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(
-        None, {"input": x}
-    )[0]
+    want = unoptimized_ort_session(path).run(None, {"input": x})[0]
     got = PackagerBackend.prepare(model, board=board).run([x])[0]
     last = model.graph.node[-1]  # the logits' DequantizeLinear: its scale is one step
     assert last.op_type == "DequantizeLinear"

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from packager.backend import PackagerBackend
 from packager.package import prepare_graph
+from tests.helpers import unoptimized_ort_session
 
 
 def _pool_model(act: str, same: bool) -> onnx.ModelProto:
@@ -51,9 +51,7 @@ def test_max_pool_between_dq_and_q_pools_the_integers_only_with_the_same_params(
     assert graph.values[pool.inputs[0]].dtype == (act if same else "float32")
     # all negative at the borders: the padding must not win a window
     x = np.random.default_rng(0).uniform(-6, 2, (1, 20, 9, 9)).astype(np.float32)
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), opts)
+    sess = unoptimized_ort_session(model)
     want = sess.run(None, {"x": x})[0]
     got = PackagerBackend.prepare(model).run([x])[0]
     np.testing.assert_array_equal(got, want)
