@@ -205,7 +205,7 @@ def schedule_conv2d_nchwc_cpu(ctx: ScheduleContext) -> Schedule:
         oh=cfg.define_split("tile_oh", out_h, 1, most=MAX_OH_TILE),
         outer=cfg.define("outer_order", ("oc_oh", "oh_oc"), "oc_oh"),
         inner=cfg.define("tile_order", ("oc_ow", "ow_oc"), order),
-        red=_define_reduction(cfg, conv),
+        red=_define_reduction(cfg, conv, ctx.target),
     )
     kw = {a.var.name: a.extent for a in conv.op.reduce_axis}.get("rk1", 1)
     body = tile.oc * tile.oh * tile.ow * tile.red.rci_unroll * (kw if tile.red.kw_unroll else 1)
@@ -271,7 +271,7 @@ MAX_UNROLLED = 128  # register tile x unrolled reduction steps, multiply-adds in
 MAX_RCB_SPLIT = 4
 
 
-def _define_reduction(cfg, conv: te.Tensor) -> _Reduction:
+def _define_reduction(cfg, conv: te.Tensor, target) -> _Reduction:
     axes = {a.var.name: a for a in conv.op.reduce_axis}
     present = [name for name in REDUCTION_ORDERS[0] if _AXIS.get(name, name) in axes]
     orders = []
@@ -291,18 +291,29 @@ def _define_reduction(cfg, conv: te.Tensor) -> _Reduction:
     most = min(MAX_RCB_SPLIT, rcb.extent // 2) if rcb else 1
     split = cfg.define_split("rcb_split", rcb.extent, 1, most=most) if rcb else 1
     unroll = (
-        cfg.define_split("unroll_rci", rci.extent, _default_rci_unroll(rci.extent)) if rci else 1
+        cfg.define_split("unroll_rci", rci.extent, _default_rci_unroll(rci.extent, target))
+        if rci
+        else 1
     )
     kw_unroll = cfg.define("unroll_kw", (False, True), False) if kw and kw.extent > 1 else False
     return _Reduction(order, split, unroll, kw_unroll)
 
 
-def _default_rci_unroll(lanes: int) -> int:
-    """Two channel lanes per step of the hot loop. With one, GCC (12, -O2, AVX2 and
-    AVX-512) often keeps each accumulator in two registers and copies it back every step
-    (a 132-form FMA overwrites the weight vector): 14 extra moves per 14 FMAs, 2.10 ->
-    2.40 ms on ResNet-18's 56x56 3x3 conv, depending on code far from the loop. Unrolled
-    by two, every layer of ResNet-18 measured 2.07-2.18 ms in the same run."""
+def _default_rci_unroll(lanes: int, target) -> int:
+    """Two channel lanes per step of the hot loop where the ISA has 32 vector registers.
+    With one, GCC (12, -O2, AVX2 and AVX-512) often kept each accumulator in two registers
+    and copied it back every step (a 132-form FMA overwrites the weight vector): 14 extra
+    moves per 14 FMAs, 2.10 -> 2.40 ms on ResNet-18's 56x56 3x3 conv; unrolled by two,
+    every layer of ResNet-18 measured 2.07-2.18 ms in the same run (Zen 4, AVX-512).
+
+    With 16 registers one lane per step: the two steps' weights and broadcasts do not fit
+    beside a 14-accumulator tile, and GCC (12, -O3) spilled an accumulator to the stack
+    and shuffled registers on every loop edge. Measured on a Zen 3 (AVX2, 1 thread,
+    bench/ab_bundles.py, sum of kernel minimums): tv_resnet18 56.1 -> 48.1 ms (its direct
+    3x3 convs 0.65-0.70x), tv_mobilenet_v2 12.2 -> 10.5 ms, light ResNet-50 144.0 ->
+    128.9 ms. (ARMv7 NEON has 16 registers too and takes the same rule, unmeasured.)"""
+    if vector_registers(target) <= 16:
+        return 1
     return 2 if lanes % 2 == 0 else 1
 
 

@@ -138,15 +138,21 @@ def test_a_plain_input_conv_walks_its_channels_innermost():
     assert _space(args, out, anchor)["reduce_order"].default == ("kh", "kw", "rcb")
     args, out, anchor = _group("3x3_s1")
     assert _space(args, out, anchor)["reduce_order"].default == ("rcb", "kh", "kw", "rci")
-    assert _space(args, out, anchor)["unroll_rci"].default == 2
 
 
-def _space(args, out, anchor):
+def test_the_channel_lanes_unroll_by_the_registers_the_isa_has():
+    # two lanes a step with 32 vector registers; one with 16, where a second step's
+    # weights and broadcasts do not fit beside the accumulators
+    args, out, anchor = _group("3x3_s1")
+    assert _space(args, out, anchor, 512)["unroll_rci"].default == 2
+    assert _space(args, out, anchor, 256)["unroll_rci"].default == 1
+
+
+def _space(args, out, anchor, vector_bits=256):
     cfg = Config()
     op, attrs, tensor = anchor
-    get_op(op).schedules["cpu"](
-        ScheduleContext([out], tensor, attrs, cfg, CpuTarget(vector_bits=256, cores=2))
-    )
+    target = CpuTarget(vector_bits=vector_bits, cores=2)
+    get_op(op).schedules["cpu"](ScheduleContext([out], tensor, attrs, cfg, target))
     return cfg.space
 
 
