@@ -93,11 +93,6 @@ def pointwise_tile(
     """The default (oc tile, ow tile) of a 1x1 conv at 512 bits whose reduction has
     ``reduce_bytes`` per output pixel (K x element size) and whose output blocks hold
     ``block`` channels, or None where the general rule stands."""
-    if vector_registers(target) <= 16:
-        # one block and up to 14 columns: 14 accumulators, the weight vector and the
-        # broadcast fill the 16 registers; the general 2 x 7 tile spills one every step
-        ow = max(_divisors(out_width, ACC_REGS))
-        return (1, ow) if target.vector_bits == 256 and ow >= POINTWISE_COLUMNS - 1 else None
     if target.vector_bits < 512:
         return None
     budget = acc_budget(target)
@@ -120,14 +115,29 @@ def pointwise_tile(
 
 
 def target_tile(
-    target, out_blocks: int, out_width: int, pointwise: tuple[int, int] | None = None
+    target,
+    out_blocks: int,
+    out_width: int,
+    pointwise: tuple[int, int] | None = None,
+    plain: bool = False,
 ) -> tuple[int, int]:
     """The default (oc tile, ow tile) of a direct conv on ``target``; a 1x1 conv passes
-    ``pointwise``: its reduction's bytes per output pixel and its block (pointwise_tile)."""
+    ``pointwise``: its reduction's bytes per output pixel and its block (pointwise_tile);
+    ``plain``: the conv reads a plain NCHW input (a network's first, no channel lanes)."""
     if vector_registers(target) <= 16:
         oc, ow = default_tile(out_blocks, out_width, SPILL_FREE)
         if oc * ow == SPILL_FREE:
             return oc, ow
+        # A 1x1 conv or one reading plain NCHW: one block and up to 14 columns (14
+        # accumulators, the weight vector and the broadcast fill the 16 registers).
+        # Measured on a Zen 3 (AVX2, 1 thread, bench/ab_bundles.py): the 7x7 stems of
+        # tv_resnet18 and light ResNet-50 0.90x and 0.73x the 2 x 7 tile's time (a
+        # tuning run of the stem alone ranked 1 x 14 first). Convs with channel lanes
+        # walked one lane a step (_default_rci_unroll) keep 2 x 7: there 1 x 14 and 1 x
+        # 7 ran ResNet-18's 3x3 convs 1.2-1.5x slower.
+        ow = max(_divisors(out_width, ACC_REGS))
+        if (pointwise or plain) and target.vector_bits == 256 and ow >= POINTWISE_COLUMNS - 1:
+            return 1, ow
     if pointwise:
         tile = pointwise_tile(target, out_blocks, out_width, *pointwise)
         if tile is not None:
@@ -190,7 +200,8 @@ def schedule_conv2d_nchwc_cpu(ctx: ScheduleContext) -> Schedule:
     pad = inline_around_pad(sch, conv)
     cfg = ctx.cfg
     _, out_blocks, out_h, out_w, block = conv.shape
-    oc_def, ow_def = target_tile(ctx.target, out_blocks, out_w, _pointwise(conv))
+    plain = "rci" not in {a.var.name for a in conv.op.reduce_axis}
+    oc_def, ow_def = target_tile(ctx.target, out_blocks, out_w, _pointwise(conv), plain)
     oc_tile = cfg.define_split("tile_oc", out_blocks, oc_def, most=MAX_OC_TILE)
     ow_tile = cfg.define_split("tile_ow", out_w, ow_def, most=16)
     order = default_tile_order(ctx.target, oc_tile, ow_tile)

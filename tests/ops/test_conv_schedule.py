@@ -145,6 +145,26 @@ def test_pointwise_rule_leaves_other_convs_and_128_bits():
     assert target_tile(AVX512, 4, 56) == default_tile(4, 56, 24)
 
 
+@pytest.mark.parametrize(
+    "c, k, stride, hw, bits, want",
+    [
+        (3, 7, 2, 224, 256, (1, 14)),  # a stem reading plain NCHW: one block, 14 columns
+        (3, 3, 2, 224, 256, (1, 14)),
+        (64, 3, 1, 56, 256, (2, 7)),  # channel lanes: the general rule
+        (3, 7, 2, 224, 512, (4, 4)),  # 32 registers: the general rule
+    ],
+)
+def test_a_plain_input_conv_takes_one_block_at_16_registers(c, k, stride, hw, bits, want):
+    args, out, anchor = conv_group(c=c, oc=64, hw=(hw, hw), k=k, stride=stride, pad=k // 2)
+    cfg = Config()
+    _, attrs, tensor = anchor
+    from packager.ops.registry import ScheduleContext
+
+    target = CpuTarget(vector_bits=bits, cores=1)
+    get_op("conv2d_nchwc").schedules["cpu"](ScheduleContext([out], tensor, attrs, cfg, target))
+    assert (cfg.as_dict()["tile_oc"], cfg.as_dict()["tile_ow"]) == want
+
+
 def test_pointwise_default_reaches_the_built_schedule():
     data = te.placeholder((1, 16, 56, 56, 16), "float32", "in0")
     weight = te.placeholder((4, 16, 1, 1, 16, 16), "float32", "in1")
