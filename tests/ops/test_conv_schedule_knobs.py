@@ -152,6 +152,18 @@ def test_the_channel_lanes_unroll_by_the_registers_the_isa_has():
     args, out, anchor = _group("3x3_s1")
     assert _space(args, out, anchor, 512)["unroll_rci"].default == 2
     assert _space(args, out, anchor, 256)["unroll_rci"].default == 1
+    # a 1x1 conv's tile of one block at 256 bits needs no register more: all 8 lanes
+    args, out, anchor = conv_group(c=64, oc=64, hw=(14, 14), k=1, stride=1, pad=0)
+    space = _space(args, out, anchor, 256)
+    assert (space["tile_oc"].default, space["tile_ow"].default) == (1, 14)
+    assert space["unroll_rci"].default == 8
+    # with two rows the body would pass MAX_UNROLLED (1 x 2 x 14 x 8): one lane
+    args, out, anchor = conv_group(c=64, oc=64, hw=(14, 14), k=1, stride=1, pad=0)
+    cfg = Config({"tile_oh": 2})
+    op, attrs, tensor = anchor
+    target = CpuTarget(vector_bits=256, cores=2)
+    get_op(op).schedules["cpu"](ScheduleContext([out], tensor, attrs, cfg, target))
+    assert cfg.space["unroll_rci"].default == 1
 
 
 def _space(args, out, anchor, vector_bits=256):
