@@ -159,15 +159,11 @@ def test_the_channel_lanes_unroll_by_the_registers_the_isa_has():
     assert space["unroll_rci"].default == 8
     # with two rows the body would pass MAX_UNROLLED (1 x 2 x 14 x 8): one lane
     args, out, anchor = conv_group(c=64, oc=64, hw=(14, 14), k=1, stride=1, pad=0)
-    cfg = Config({"tile_oh": 2})
-    op, attrs, tensor = anchor
-    target = CpuTarget(vector_bits=256, cores=2)
-    get_op(op).schedules["cpu"](ScheduleContext([out], tensor, attrs, cfg, target))
-    assert cfg.space["unroll_rci"].default == 1
+    assert _space(args, out, anchor, 256, {"tile_oh": 2})["unroll_rci"].default == 1
 
 
-def _space(args, out, anchor, vector_bits=256):
-    cfg = Config()
+def _space(args, out, anchor, vector_bits=256, knobs=None):
+    cfg = Config(knobs or {})
     op, attrs, tensor = anchor
     target = CpuTarget(vector_bits=vector_bits, cores=2)
     get_op(op).schedules["cpu"](ScheduleContext([out], tensor, attrs, cfg, target))
