@@ -59,13 +59,13 @@ def _copy(bundle: str, dest: str) -> str:
 def changed_kernels(a: str, b: str) -> set[str]:
     """The kernels (function names) whose generated C differs between bundles a and b, or
     exists in one of them only."""
+
+    def source(bundle: str, name: str) -> bytes | None:
+        path = Path(bundle, "kernels", f"{name}.c")
+        return path.read_bytes() if path.is_file() else None
+
     names = {p.stem for d in (a, b) for p in Path(d, "kernels").glob("k_*.c")}
-    return {
-        n
-        for n in names
-        if not (Path(a, "kernels", f"{n}.c").is_file() and Path(b, "kernels", f"{n}.c").is_file())
-        or Path(a, "kernels", f"{n}.c").read_bytes() != Path(b, "kernels", f"{n}.c").read_bytes()
-    }
+    return {n for n in names if source(a, n) != source(b, n)}
 
 
 def round_order(runs: list, r: int) -> list:
