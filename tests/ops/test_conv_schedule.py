@@ -165,6 +165,27 @@ def test_a_plain_input_conv_takes_one_block_at_16_registers(c, k, stride, hw, bi
     assert (cfg.as_dict()["tile_oc"], cfg.as_dict()["tile_ow"]) == want
 
 
+@pytest.mark.parametrize(
+    "c, oc, k, l2_kib, want",
+    [
+        (128, 128, 1, 512, "oh_oc"),  # 1.6 MB input, twice a 512 KiB L2: rows outside
+        (128, 128, 1, 1024, "oc_oh"),  # ... not over twice a 1 MiB L2
+        (64, 128, 1, 512, "oc_oh"),  # 0.8 MB: the blocks' re-reads stay cheap enough
+        (128, 16, 1, 512, "oc_oh"),  # two blocks: the input is read twice only
+        (128, 128, 3, 512, "oc_oh"),  # a 3x3 conv keeps blocks outside
+    ],
+)
+def test_a_pointwise_conv_over_a_large_input_walks_rows_outside(c, oc, k, l2_kib, want):
+    args, out, anchor = conv_group(c=c, oc=oc, hw=(56, 56), k=k, stride=1, pad=k // 2)
+    cfg = Config()
+    _, attrs, tensor = anchor
+    from packager.ops.registry import ScheduleContext
+
+    target = CpuTarget(vector_bits=256, cores=1, l2_bytes=l2_kib << 10)
+    get_op("conv2d_nchwc").schedules["cpu"](ScheduleContext([out], tensor, attrs, cfg, target))
+    assert cfg.as_dict()["outer_order"] == want
+
+
 def test_pointwise_default_reaches_the_built_schedule():
     data = te.placeholder((1, 16, 56, 56, 16), "float32", "in0")
     weight = te.placeholder((4, 16, 1, 1, 16, 16), "float32", "in1")
