@@ -12,6 +12,7 @@ fp32 over random inputs.
 
     python bench/compare_int8.py --models resnet18 --rounds 3 --size 224
     python bench/compare_int8.py --board host-avx2   # the AVX2 kernels (vpmaddwd, no VNNI)
+    python bench/compare_int8.py --weight-bits 7     # 7-bit weights: vpmaddubsw on AVX2
     python bench/compare_int8.py --models light_shufflenet light_densenet121   # light zoo
 """
 
@@ -53,15 +54,15 @@ def _light(name: str):
 MODELS |= {f"light_{n}": _light(n) for n in LIGHT}
 
 
-def quantize_light(model: onnx.ModelProto) -> onnx.ModelProto:
+def quantize_light(model: onnx.ModelProto, weight_bits: int = 8) -> onnx.ModelProto:
     """`packager quantize --calib random:4` (minmax, uint8 activations)."""
     from packager.quantize import quantize_model
     from packager.quantize.samples import random_samples
 
-    return quantize_model(model, random_samples(4, model))[0]
+    return quantize_model(model, random_samples(4, model), weight_bits=weight_bits)[0]
 
 
-def quantize(model: onnx.ModelProto, work: Path, shape) -> onnx.ModelProto:
+def quantize(model: onnx.ModelProto, work: Path, shape, weight_bits: int = 8) -> onnx.ModelProto:
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -91,6 +92,7 @@ def quantize(model: onnx.ModelProto, work: Path, shape) -> onnx.ModelProto:
         per_channel=True,
         activation_type=QuantType.QUInt8,
         weight_type=QuantType.QInt8,
+        reduce_range=weight_bits == 7,  # weights in [-64, 64]
     )
     return onnx.load(out)
 
@@ -111,12 +113,17 @@ def agreement(fp32: onnx.ModelProto, qdq: onnx.ModelProto, shape, n: int = 8):
     return float(np.mean(top)), float(np.mean(cos))
 
 
-def bench(name: str, size: int, rounds: int, repeat: int, board: str = "host") -> dict:
+def bench(
+    name: str, size: int, rounds: int, repeat: int, board: str = "host", weight_bits: int = 8
+) -> dict:
     shape = (1, 3, size, size)
     fp32 = MODELS[name](size)
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
-        qdq = quantize_light(fp32) if name.startswith("light_") else quantize(fp32, work, shape)
+        if name.startswith("light_"):
+            qdq = quantize_light(fp32, weight_bits)
+        else:
+            qdq = quantize(fp32, work, shape, weight_bits)
         (work / "f").mkdir()
         (work / "q").mkdir()
         fb, fexe = co.build_bundle(fp32, work / "f", board_name=board)
@@ -165,10 +172,18 @@ def main(argv=None) -> int:
         help="the local board both bundles are built for (default host; host-avx2: the "
         "AVX2 kernels, no VNNI, on an AVX-512 machine, against ORT's own kernels for it)",
     )
+    p.add_argument(
+        "--weight-bits",
+        type=int,
+        choices=(8, 7),
+        default=8,
+        help="7: weights in 7 bits (onnxruntime's reduce_range, `packager quantize "
+        "--weight-bits 7`), which an AVX2 CPU without VNNI multiplies with vpmaddubsw",
+    )
     args = p.parse_args(argv)
     for name in args.models:
-        row = bench(name, args.size, args.rounds, args.repeat, args.board)
-        print(json.dumps({**row, "board": args.board}), flush=True)
+        row = bench(name, args.size, args.rounds, args.repeat, args.board, args.weight_bits)
+        print(json.dumps({**row, "board": args.board, "weight_bits": args.weight_bits}), flush=True)
     return 0
 
 

@@ -171,7 +171,7 @@ def build_top1(qpath: Path, x_test, y_test, work: Path) -> tuple[float | None, s
     return top1(np.load(work / "res" / "logits.npy"), y_test), ""
 
 
-def digits_bench(epochs: int, build: bool) -> list[dict]:
+def digits_bench(epochs: int, build: bool, weight_bits: int = 8) -> list[dict]:
     x_tr, x_te, y_tr, y_te = digits_split()
     t = time.perf_counter()
     model = export(train(x_tr, y_tr, epochs))
@@ -188,7 +188,8 @@ def digits_bench(epochs: int, build: bool) -> list[dict]:
             for method in METHODS:
                 qpath = work / f"digits.{method}.{act}.onnx"
                 q = cli("quantize", work / "digits.onnx", "-o", qpath, "--calib",
-                        work / "calib", "--method", method, "--activations", act)  # fmt: skip
+                        work / "calib", "--method", method, "--activations", act,
+                        "--weight-bits", str(weight_bits))  # fmt: skip
                 if q.returncode:
                     raise SystemExit(f"quantize failed: {q.stderr}")
                 row = {"method": method, "activations": act, "fp32": fp32}
@@ -221,7 +222,7 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean((a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))))
 
 
-def network_bench(calib: int, evals: int) -> None:
+def network_bench(calib: int, evals: int, weight_bits: int = 8) -> None:
     nets = {
         "resnet18 (64x64)": networks.resnet(size=64),
         "mobilenet_v2 (96x96)": networks.mobilenet_v2(),
@@ -235,7 +236,9 @@ def network_bench(calib: int, evals: int) -> None:
         ref = np.concatenate([ort_run(model, s) for s in evals_set])
         for act in ("uint8", "int8"):
             for method in METHODS:
-                q, _ = quantize_model(model, calib_set, method, activations=act)
+                q, _ = quantize_model(
+                    model, calib_set, method, activations=act, weight_bits=weight_bits
+                )
                 got = np.concatenate([ort_run(q, s) for s in evals_set])
                 agree = 100.0 * float(np.mean(ref.argmax(1) == got.argmax(1)))
                 print(f"{name:<22}{method:<11}{act:<7}{agree:>11.1f}%{cosine(ref, got):>9.4f}")
@@ -248,10 +251,13 @@ def main(argv=None) -> int:
     ap.add_argument("--no-networks", action="store_true", help="only the digits CNN")
     ap.add_argument("--calib", type=int, default=16, help="random calibration inputs")
     ap.add_argument("--evals", type=int, default=32, help="random comparison inputs")
+    ap.add_argument(
+        "--weight-bits", type=int, choices=(8, 7), default=8, help="`packager quantize` weights"
+    )
     args = ap.parse_args(argv)
-    digits_bench(args.epochs, not args.no_build)
+    digits_bench(args.epochs, not args.no_build, args.weight_bits)
     if not args.no_networks:
-        network_bench(args.calib, args.evals)
+        network_bench(args.calib, args.evals, args.weight_bits)
     return 0
 
 

@@ -28,6 +28,7 @@ from packager.graph.passes.quantize import (
     quantize,
 )
 from packager.graph.pipeline import PassContext
+from packager.ops.int8_intrin import byte_pairs_fit
 from packager.target import CpuTarget
 from tests.test_tensorize import (
     HOST_FLAGS,
@@ -284,6 +285,69 @@ def test_quantize_packs_int16_pairs_where_x86_has_no_dot_product(feats, bits, ac
         assert w.dtype == np.int16 and w.shape[1] == 4 and w.shape[-1] == 2
     else:
         assert w.dtype == np.int8 and w.shape[1] == 2 and w.shape[-1] == 4
+
+
+@pytest.mark.parametrize(
+    "pair,fits",
+    [
+        ((64, 64), True),  # 255 * 128 = 32640 <= 32767
+        ((-64, -64), True),
+        ((127, 1), True),
+        ((127, -127), True),  # one sign each: 255 * 127 either way
+        ((127, 2), False),  # 255 * 129 saturates int16
+        ((-65, -64), False),
+    ],
+)
+def test_byte_pairs_fit_bounds_each_pairs_sums_of_one_sign(pair, fits):
+    w = np.zeros((2, 1, 3, 3, 8, 4), np.int8)
+    w[1, 0, 2, 1, 5, 2:] = pair  # one pair (2, 3) of one quad
+    assert byte_pairs_fit(w) is fits
+    w[1, 0, 2, 1, 5] = [*pair, 0, 0]  # the quad's other pair
+    assert byte_pairs_fit(w) is fits
+    assert byte_pairs_fit(np.zeros((2, 4, 1, 1, 8, 2), np.int8)) is False  # not quads
+
+
+@pytest.mark.parametrize("k,stride", [(3, 1), (1, 1), (3, 2)])
+def test_weights_whose_byte_pairs_fit_run_one_vpmaddubsw_a_quad_bit_exact(k, stride):
+    """uint8 activations on AVX2 without VNNI, weights whose byte pairs fit (7-bit):
+    quads of bytes, no widened copy, vpmaddubsw + vpmaddwd per step; the simple
+    schedule's bytes at the extremes (activations 255 against pairs of +-64), and the
+    intrinsic's C loop's without the ISA."""
+    inputs, attrs = qconv_case("uint8", 8, c=12, oc=20, hw=9, k=k, stride=stride)
+    attrs["pads"] = [k // 2] * 4
+    x, w, rq = inputs
+    rng = np.random.default_rng(1)
+    w[...] = np.where(w != 0, rng.integers(-64, 65, w.shape), 0)
+    w[0, 0] = np.where(rng.random(w[0, 0].shape) < 0.5, 64, -64)
+    x[:, :, ::2] = 255
+    assert byte_pairs_fit(w)
+    attrs["byte_pairs"] = True
+    target = CpuTarget(vector_bits=256, features=("avx2", "fma"))
+    src = codegen_c(qconv_func(inputs, attrs, target)[0])
+    assert re.search(r"pk_dot4_u8x8_avx2_byte_pairs\(&qconv_acc\[", src)
+    assert re.search(r"uint8_t qconv_pad\[", src)  # the bytes as they are: no widened copy
+    want = run_host(inputs, attrs, None)
+    if "avx2" not in _cpu_flags():
+        pytest.skip("this machine has no avx2")
+    np.testing.assert_array_equal(run_host(inputs, attrs, target), want)
+    asm = _host_asm(src)
+    assert re.search(r"vpmaddubsw\s+.*%ymm", asm) and re.search(r"vpmaddwd\s+.*%ymm", asm)
+    np.testing.assert_array_equal(run_host(inputs, attrs, target, (*HOST_FLAGS, "-mno-avx2")), want)
+
+
+@pytest.mark.parametrize(
+    "wmax,act,form", [(64, "uint8", "quads"), (127, "uint8", "pairs"), (64, "int8", "pairs")]
+)
+def test_quantize_keeps_byte_quads_where_avx2_weights_fit_vpmaddubsw(wmax, act, form):
+    b = replace(load_board("host"), features=("avx2", "fma"), vector_bits=256)
+    model = _qdq_conv(8, act=act, wmax=wmax)
+    graph = quantize(import_onnx("c.onnx", model=model), PassContext(board=b))
+    (conv,) = [n for n in graph.nodes if n.op == "qconv2d"]
+    w = graph.values[conv.inputs[1]].data
+    if form == "quads":
+        assert w.dtype == np.int8 and w.shape[-1] == 4 and conv.attrs["byte_pairs"] is True
+    else:
+        assert w.dtype == np.int16 and w.shape[-1] == 2 and "byte_pairs" not in conv.attrs
 
 
 def test_avx_vnni_depthwise_compiles_to_ymm_dot_products():
@@ -608,13 +672,15 @@ def _qdq_conv(
     stride: int = 1,
     dilation: int = 1,
     out: int = 8,
+    wmax: int = 127,
 ) -> onnx.ModelProto:
     """Q -> DQ -> Conv k x k (``out`` output channels, ``groups``, same padding,
-    ``stride``, ``dilation``) -> Q -> DQ, ``act`` activations, on a (1, c, 8, 8) input."""
+    ``stride``, ``dilation``) -> Q -> DQ, ``act`` activations, on a (1, c, 8, 8) input;
+    weights in [-wmax, wmax]."""
     pad = dilation * (k // 2)
     side = (8 + 2 * pad - dilation * (k - 1) - 1) // stride + 1
     rng = np.random.default_rng(0)
-    w = rng.integers(-127, 128, (out, c // groups, k, k)).astype(np.int8)
+    w = rng.integers(-wmax, wmax + 1, (out, c // groups, k, k)).astype(np.int8)
     zp = np.uint8(128) if act == "uint8" else np.int8(0)
     inits = [
         numpy_helper.from_array(w, "w"),

@@ -291,6 +291,23 @@ def test_cli_quantizes_from_a_calibration_directory(cli, tmp_path, tiny_file):
     assert '"method": "percentile"' in props["packager.quantize"]
 
 
+def test_cli_weight_bits_7_keeps_every_weight_within_63(cli, tmp_path, tiny_file):
+    calib = _calib_dir(tmp_path, {"a.npy": _sample(0)})
+    out = tmp_path / "tiny.int8.onnx"
+    code, stdout, err = cli(
+        "quantize", tiny_file, "-o", out, "--calib", calib, "--weight-bits", "7"
+    )
+    assert code == 0, err
+    assert "(int8 weights per channel, 7-bit," in stdout
+    q = onnx.load(out)
+    props = {p.key: p.value for p in q.metadata_props}
+    assert '"weights": "int8 per channel, 7-bit"' in props["packager.quantize"]
+    convs = [n for n in q.graph.node if n.op_type in ("Conv", "Gemm")]
+    for node in convs:
+        w = _init(q, _producer(q, node.input[1]).input[0])
+        assert w.dtype == np.int8 and np.abs(w).max() == 63  # full 7-bit range per tensor
+
+
 @pytest.mark.parametrize(
     "files, message",
     [

@@ -36,7 +36,7 @@ class _Calib(CalibrationDataReader):
         return next(self.data, None)
 
 
-def _qdq(tmp_path, kind: str, act) -> Path:
+def _qdq(tmp_path, kind: str, act, reduce_range: bool = False) -> Path:
     if kind == "resnet":
         model = networks.resnet(blocks=(1, 1), width=16, size=32, classes=10)
     elif kind == "resnext":  # torchvision's ResNeXt, one block a stage, 8 groups of 4
@@ -59,6 +59,7 @@ def _qdq(tmp_path, kind: str, act) -> Path:
         per_channel=True,
         activation_type=act,
         weight_type=QuantType.QInt8,
+        reduce_range=reduce_range,  # 7-bit weights, [-64, 64]
     )
     return out
 
@@ -109,6 +110,29 @@ def test_avx2_mobilenet_runs_its_depthwise_convs_in_column_pairs_within_one_step
     strides = {tuple(n.attrs.get("strides") or (1, 1)) for n in pairs}
     assert dws and len(pairs) == len(dws) and strides == {(1, 1), (2, 2)}
     _within_one_step(path, model, board)
+
+
+@pytest.mark.parametrize("kind", ["resnet", "mobilenet"])
+def test_avx2_runs_7_bit_weights_on_vpmaddubsw_within_one_step(tmp_path, kind):
+    """7-bit weights (onnxruntime's reduce_range) and uint8 activations on the AVX2
+    profile: every full conv, the 3-channel stem among them, keeps its weights in byte
+    quads for vpmaddubsw (byte_pairs), none in int16 pairs (ResNet's 7x7 stem in packed
+    rows), within one step of ONNX
+    Runtime's QDQ semantics; 8-bit weights keep the pairs."""
+    board = load_board("host-avx2")
+    path = _qdq(tmp_path, kind, QuantType.QUInt8, reduce_range=True)
+    model = onnx.load(path)
+    graph, _ = prepare_graph(model, board=board, disabled_passes={"fuse"})
+    full = [n for n in model.graph.node if n.op_type == "Conv" and _group(n) == 1]
+    quads = [n for n in graph.nodes if n.op == "qconv2d" and n.attrs.get("byte_pairs")]
+    assert full and len(quads) == len(full)
+    assert all(graph.values[n.inputs[1]].data.dtype == np.int8 for n in quads)
+    assert any("row_taps" in n.attrs for n in quads) == (kind == "resnet")  # a 7x7 stem
+    _within_one_step(path, model, board)
+    model8 = onnx.load(_qdq(tmp_path, kind, QuantType.QUInt8))
+    graph8, _ = prepare_graph(model8, board=board, disabled_passes={"fuse"})
+    assert any(n.op == "qconv2d" for n in graph8.nodes)
+    assert not any(n.attrs.get("byte_pairs") for n in graph8.nodes)
 
 
 def _group(node: onnx.NodeProto) -> int:

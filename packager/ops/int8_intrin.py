@@ -11,11 +11,14 @@ Which one a target gets (``dot4_intrin``), by the activation type and the profil
 
   x86, uint8, avx512_vnni, L=16   vpdpbusd zmm (_mm512_dpbusd_epi32): u8 x s8, one instr
   x86, uint8, avx_vnni, L=8       vpdpbusd ymm (_mm256_dpbusd_avx_epi32)
+  x86, uint8, weights that fit    vpmaddubsw (u8 x s8 byte pairs to int16) + vpmaddwd with
+  (byte_pairs_fit), no VNNI       ones: exact only where every weight pair's 255-fold sum
+                                  stays within int16 (7-bit weights always do; 255 * 127
+                                  * 2 > 32767 does not), which the quantize pass checks
   x86 otherwise (int8 too)        AVX2: both operands widened to int16
                                   (_mm256_cvtep{u,i}8_epi16) then _mm256_madd_epi16 (exact
-                                  int32 pair sums) and a horizontal add; never
-                                  _mm256_maddubs_epi16, whose int16 pair sums saturate
-                                  (255 * 127 * 2 > 32767) unless weights are 7-bit
+                                  int32 pair sums) and a horizontal add (a full conv takes
+                                  int16 weight pairs instead: pair_intrin)
   aarch64, int8, asimddp          sdot (vdotq_s32)
   aarch64, int8, no dotprod       smull (vmull_s8) + saddlp (vpaddlq_s16) + addp
   armv7 NEON, int8                vmull.s8 + vpaddl.s16 + vpadd.i32
@@ -30,6 +33,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+
+import numpy as np
 
 from .. import te
 from ..target import CpuTarget
@@ -94,6 +99,32 @@ def _avx2(act: str, lanes: int) -> str:
     }}"""
 
 
+def _avx2_byte_pairs(act: str, lanes: int) -> str:
+    # vpmaddubsw: u8 x s8 byte pairs to int16 sums, exact only for weights whose every
+    # pair fits (byte_pairs_fit); vpmaddwd with ones then sums a lane's two pairs
+    return f"""    int32_t a4;
+    __builtin_memcpy(&a4, a, 4);
+    const __m256i av = _mm256_set1_epi32(a4);
+    for (int h = 0; h < {lanes // 8}; ++h) {{
+        const __m256i w8 = _mm256_loadu_si256((const __m256i *)(w + 32 * h));
+        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(av, w8), _mm256_set1_epi16(1));
+        const __m256i c = _mm256_loadu_si256((const __m256i *)(acc + 8 * h));
+        _mm256_storeu_si256((__m256i *)(acc + 8 * h), _mm256_add_epi32(c, s));
+    }}"""
+
+
+def byte_pairs_fit(w: np.ndarray) -> bool:
+    """Whether int8 weights packed in quads (last axis 4) multiply any uint8 activations
+    exactly with vpmaddubsw: each pair (0, 1) and (2, 3) of a quad sums its positive
+    weights to at most 128 and its negative ones to at least -128, so 255 times either
+    stays within int16 (255 * 128 = 32640). Weights quantized to 7 bits ([-64, 64],
+    onnxruntime's reduce_range, `packager quantize --weight-bits 7`) always fit."""
+    pairs = w.reshape(-1, 2).astype(np.int32)
+    pos = np.maximum(pairs, 0).sum(1)
+    neg = np.minimum(pairs, 0).sum(1)
+    return bool(w.shape[-1] == 4 and pos.max(initial=0) <= 128 and neg.min(initial=0) >= -128)
+
+
 def _sdot(act: str, lanes: int) -> str:
     return """    int32_t a4;
     __builtin_memcpy(&a4, a, 4);
@@ -154,6 +185,7 @@ _ISAS = {
     "avx512_vnni": ("vpdpbusd zmm", "defined(__AVX512VNNI__)", "immintrin.h", _avx512_vnni),
     "avx_vnni": ("vpdpbusd ymm", "defined(__AVXVNNI__)", "immintrin.h", _avx_vnni),
     "avx2": ("vpmaddwd", "defined(__AVX2__)", "immintrin.h", _avx2),
+    "avx2_byte_pairs": ("vpmaddubsw", "defined(__AVX2__)", "immintrin.h", _avx2_byte_pairs),
     "sdot": ("sdot", "defined(__ARM_FEATURE_DOTPROD)", "arm_neon.h", _sdot),
     "neon64": (
         "smull",
@@ -252,9 +284,14 @@ def _intrin(act: str, lanes: int, isa: str | None) -> TensorIntrin:
     return TensorIntrin(name, declaration(act, lanes), _c_def(name, act, lanes, isa), label)
 
 
-def dot4_intrin(act: str, lanes: int, target: CpuTarget) -> TensorIntrin:
-    """The dot-product intrinsic for ``act`` activations in ``lanes`` int32 lanes."""
-    return _intrin(act, lanes, isa_for(act, lanes, target))
+def dot4_intrin(act: str, lanes: int, target: CpuTarget, byte_pairs: bool = False) -> TensorIntrin:
+    """The dot-product intrinsic for ``act`` activations in ``lanes`` int32 lanes;
+    ``byte_pairs``: the weights fit vpmaddubsw (byte_pairs_fit), which AVX2 then takes
+    for uint8 activations where it has no VNNI."""
+    isa = isa_for(act, lanes, target)
+    if byte_pairs and isa == "avx2" and act == "uint8":
+        isa = "avx2_byte_pairs"
+    return _intrin(act, lanes, isa)
 
 
 # --- depthwise: one multiply-add per lane ----------------------------------------

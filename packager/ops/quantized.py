@@ -383,6 +383,7 @@ def qconv2d(inputs, attrs):
             "dilations": dilations,
             "depthwise": depthwise,
             "group_blocks": groups > 1 and full,
+            "byte_pairs": bool(attrs.get("byte_pairs")),
         },
     )
 
@@ -562,6 +563,7 @@ def _row_packed_acc(x: te.Tensor, w: te.Tensor, attrs: dict) -> te.Tensor:
             "dilations": dilations,
             "depthwise": False,
             "row_channels": c,
+            "byte_pairs": bool(attrs.get("byte_pairs")),
         },
     )
 
@@ -763,11 +765,17 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
         return _simple_qconv(ctx)
     cfg, out = ctx.cfg, ctx.outs[0]
     _, blocks, _, cols, lanes = acc.shape
-    pairs = acc.op.reduce_axis[-1].extent == 2  # int16 weight pairs (quantize.py)
+    taps = acc.op.reduce_axis[1].extent * acc.op.reduce_axis[2].extent > 1
+    if acc.op.reduce_axis[-1].extent == 2:  # int16 weight pairs (quantize.py)
+        intrin = pair_intrin(lanes, ctx.target, taps)
+    else:
+        intrin = dot4_intrin(x.dtype, lanes, ctx.target, acc.op.attrs.get("byte_pairs", False))
+    # int16 pair sums (vpmaddwd of int16 pairs, or vpmaddubsw of byte pairs and
+    # vpmaddwd): each step's products take a register before the add
+    pairs = acc.op.reduce_axis[-1].extent == 2 or intrin.isa == "vpmaddubsw"
     budget = ACC_BUDGET.get(ctx.target.vector_bits, 12)
     if math.prod(int(r.extent) for r in acc.op.reduce_axis[:3]) <= SHORT_STEPS:
         budget = min(budget, SHORT_BUDGET)
-    taps = acc.op.reduce_axis[1].extent * acc.op.reduce_axis[2].extent > 1
     pairs256 = pairs and ctx.target.vector_bits == 256
     if pairs256:
         budget = min(budget, PAIR_BUDGET_256)
@@ -783,10 +791,6 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     t_oc = cfg.define_split("qtile_oc", blocks, oc_def, most=MAX_OC_TILE)
     t_ow = cfg.define_split("qtile_ow", cols, ow_def, most=32)
     order = cfg.define("qreduce_order", ("rcb_k", "k_rcb"), "rcb_k")
-    if pairs:
-        intrin = pair_intrin(lanes, ctx.target, taps)
-    else:
-        intrin = dot4_intrin(x.dtype, lanes, ctx.target)
 
     sch = te.create_schedule(ctx.outs)
     rqb = find_tagged(out, "requantize_blocked")

@@ -19,7 +19,14 @@ from ..safe_paths import QUANTIZED_MARKER, check_quantized_output, write_bytes_a
 from .calibrate import collect
 from .methods import METHODS, NEEDS_HISTOGRAM
 from .prepare import prepare
-from .qdq import ACT_DTYPES, Summary, activation_tensors, concat_shared_ranges, rewrite
+from .qdq import (
+    ACT_DTYPES,
+    WEIGHT_BITS,
+    Summary,
+    activation_tensors,
+    concat_shared_ranges,
+    rewrite,
+)
 from .samples import directory_samples, parse_calib, random_samples
 
 RANDOM_WARNING = (
@@ -59,6 +66,7 @@ def quantize_model(
     percentile: float = 99.99,
     activations: str = "uint8",
     path: str = "model",
+    weight_bits: int = 8,
 ) -> tuple[onnx.ModelProto, Summary]:
     """The QDQ model of a float ``model``, calibrated on ``samples`` (dicts of input arrays)."""
     if method not in METHODS:
@@ -67,12 +75,15 @@ def quantize_model(
         raise PackagerError(f"--activations {activations}: expected uint8 or int8")
     if not 0 < percentile <= 100:
         raise PackagerError(f"--percentile {percentile}: expected a value in (0, 100]")
+    if weight_bits not in WEIGHT_BITS:
+        raise PackagerError(f"--weight-bits {weight_bits}: expected 8 or 7")
     model = prepare(model, path)
     tensors = activation_tensors(model)
     stats = collect(model, tensors, samples, NEEDS_HISTOGRAM[method])
     ranges = concat_shared_ranges(model, _ranges(stats, method, percentile, activations))
-    qmodel, summary = rewrite(model, ranges, activations)
-    settings = {"method": method, "activations": activations, "weights": "int8 per channel"}
+    qmodel, summary = rewrite(model, ranges, activations, weight_bits)
+    weights = "int8 per channel" + (", 7-bit" if weight_bits == 7 else "")
+    settings = {"method": method, "activations": activations, "weights": weights}
     if method == "percentile":
         settings["percentile"] = percentile
     onnx.helper.set_model_props(qmodel, {QUANTIZED_MARKER: json.dumps(settings)})
@@ -88,6 +99,7 @@ def quantize_file(
     percentile: float = 99.99,
     activations: str = "uint8",
     warn: Callable[[str], None] = _warn,
+    weight_bits: int = 8,
 ) -> Summary:
     """Quantize MODEL into OUTPUT; every check runs before anything is written, and OUTPUT
     appears whole (temporary file, then rename) or not at all."""
@@ -99,6 +111,8 @@ def quantize_file(
         samples = random_samples(spec, model)
     else:
         samples = directory_samples(spec, model)
-    qmodel, summary = quantize_model(model, samples, method, percentile, activations, model_path)
+    qmodel, summary = quantize_model(
+        model, samples, method, percentile, activations, model_path, weight_bits
+    )
     write_bytes_atomic(Path(out), qmodel.SerializeToString())
     return summary

@@ -119,14 +119,19 @@ def activation_qparams(lo: float, hi: float, dtype: str) -> tuple[float, np.ndar
     return scale, np.array(np.clip(round(-lo / scale), 0, 255), np.uint8)
 
 
-def quantize_weight(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """int8 values and per-channel scales along ``axis``, symmetric (zero point 0)."""
+WEIGHT_BITS = (8, 7)
+
+
+def quantize_weight(w: np.ndarray, axis: int, bits: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """int8 values and per-channel scales along ``axis``, symmetric (zero point 0), in
+    [-127, 127], or [-63, 63] with ``bits`` 7 (stored as int8 all the same)."""
+    qmax = (1 << (bits - 1)) - 1
     other = tuple(i for i in range(w.ndim) if i != axis)
     absmax = np.abs(w).max(axis=other) if other else np.abs(w)
-    scale = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)
+    scale = np.where(absmax > 0, absmax / qmax, 1.0).astype(np.float32)
     shape = [1] * w.ndim
     shape[axis] = -1
-    q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+    q = np.clip(np.round(w / scale.reshape(shape)), -qmax, qmax).astype(np.int8)
     return q, scale
 
 
@@ -136,7 +141,8 @@ def quantize_bias(b: np.ndarray, scale: np.ndarray) -> np.ndarray:
 
 
 class _Rewriter:
-    def __init__(self, model: onnx.ModelProto, ranges: dict, activations: str):
+    def __init__(self, model: onnx.ModelProto, ranges: dict, activations: str, weight_bits: int):
+        self.weight_bits = weight_bits
         self.g = model.graph
         self.inits = {t.name: t for t in self.g.initializer}
         self.taken = set(self.inits) | {i for n in self.g.node for i in [*n.input, *n.output]}
@@ -186,7 +192,7 @@ class _Rewriter:
         if w.dtype != np.float32 or w.ndim < 2:
             return None
         axis = weight_axis(node, w.ndim)
-        q, scale = quantize_weight(w, axis)
+        q, scale = quantize_weight(w, axis, self.weight_bits)
         name = node.input[1]
         qn = self.const(f"{name}_quantized", q)
         s = self.const(f"{name}_scale", scale)
@@ -243,8 +249,13 @@ class _Rewriter:
         return self.summary
 
 
-def rewrite(model: onnx.ModelProto, ranges: dict[str, tuple[float, float]], activations: str):
+def rewrite(
+    model: onnx.ModelProto,
+    ranges: dict[str, tuple[float, float]],
+    activations: str,
+    weight_bits: int = 8,
+):
     """A QDQ copy of ``model``; ``ranges``: (lo, hi) per activation to quantize."""
     model = onnx.ModelProto.FromString(model.SerializeToString())
-    summary = _Rewriter(model, ranges, activations).run()
+    summary = _Rewriter(model, ranges, activations, weight_bits).run()
     return model, summary

@@ -30,6 +30,7 @@ import numpy as np
 from ...boards import load_board
 from ...ops.int8_intrin import (
     QRANGE,
+    byte_pairs_fit,
     dwdot_isa_for,
     dwpair_isa_for,
     pair_body_for,
@@ -289,13 +290,13 @@ class _Matcher:
         # reads x_zp there), or, with few channels (a stem), its kernel rows pack
         groups = int(node.attrs.get("groups", 1))
         pairs, blocks, step = self.conv_steps(x, w, groups)
-        taps = {}
-        if self.row_packed(node, w, step):  # a kernel row's taps and channels, in steps
-            packed, taps = pack_rows_int8(w, self.lanes, step), {"row_taps": w.shape[3]}
-        elif blocks:  # each block of L outputs: its groups' inputs, block-diagonal
-            packed, taps = pack_grouped_int8(w, self.lanes, step, groups), {"group_blocks": True}
-        else:
-            packed = pack_conv_int8(w, self.lanes, step)
+        packed, taps = self.pack_conv(node, w, step, blocks, groups)
+        if pairs and groups == 1 and self.values[x[0]].dtype == "uint8":
+            # weights whose byte pairs cannot saturate vpmaddubsw (7-bit ones) keep
+            # their quads: uint8 activations need no widened copy (int8_intrin.py)
+            quads, quad_taps = self.pack_conv(node, w, 4, blocks, groups)
+            if byte_pairs_fit(quads):
+                pairs, packed, taps = False, quads, quad_taps | {"byte_pairs": True}
         if pairs:  # x86 without a dot product: vpmaddwd of int16 pairs (int8_intrin.py)
             packed = packed.astype(np.int16)
         if self.dw_quads(node, x, w):  # 4 taps a dot-product step (int8_intrin.py)
@@ -316,6 +317,15 @@ class _Matcher:
         attrs["macs"] = math.prod(self.values[node.outputs[0]].shape) * (w.size // oc)
         attrs |= {"oc": oc, **taps}
         return self.integer_node("qconv2d", q, x, packed, rq, yq, residual, attrs)
+
+    def pack_conv(self, node, w: np.ndarray, step: int, blocks: bool, groups: int):
+        """(packed weights, attrs naming the packing) of a conv in steps of ``step``
+        input channels."""
+        if self.row_packed(node, w, step):  # a kernel row's taps and channels, in steps
+            return pack_rows_int8(w, self.lanes, step), {"row_taps": w.shape[3]}
+        if blocks:  # each block of L outputs: its groups' inputs, block-diagonal
+            return pack_grouped_int8(w, self.lanes, step, groups), {"group_blocks": True}
+        return pack_conv_int8(w, self.lanes, step), {}
 
     def int16_pairs(self, x) -> bool:
         """Whether a full conv's weights go int16, in pairs of input channels: an x86
