@@ -307,13 +307,13 @@ def test_byte_pairs_fit_bounds_each_pairs_sums_of_one_sign(pair, fits):
     assert byte_pairs_fit(np.zeros((2, 4, 1, 1, 8, 2), np.int8)) is False  # not quads
 
 
-@pytest.mark.parametrize("k,stride", [(3, 1), (1, 1), (3, 2)])
-def test_weights_whose_byte_pairs_fit_run_one_vpmaddubsw_a_quad_bit_exact(k, stride):
+@pytest.mark.parametrize("k,stride,hw", [(3, 1, 9), (1, 1, 9), (3, 2, 9), (3, 1, 7)])
+def test_weights_whose_byte_pairs_fit_run_one_vpmaddubsw_a_quad_bit_exact(k, stride, hw):
     """uint8 activations on AVX2 without VNNI, weights whose byte pairs fit (7-bit):
     quads of bytes, no widened copy, vpmaddubsw + vpmaddwd per step; the simple
     schedule's bytes at the extremes (activations 255 against pairs of +-64), and the
     intrinsic's C loop's without the ISA."""
-    inputs, attrs = qconv_case("uint8", 8, c=12, oc=20, hw=9, k=k, stride=stride)
+    inputs, attrs = qconv_case("uint8", 8, c=12, oc=20, hw=hw, k=k, stride=stride)
     attrs["pads"] = [k // 2] * 4
     x, w, rq = inputs
     rng = np.random.default_rng(1)
@@ -333,6 +333,19 @@ def test_weights_whose_byte_pairs_fit_run_one_vpmaddubsw_a_quad_bit_exact(k, str
     asm = _host_asm(src)
     assert re.search(r"vpmaddubsw\s+.*%ymm", asm) and re.search(r"vpmaddwd\s+.*%ymm", asm)
     np.testing.assert_array_equal(run_host(inputs, attrs, target, (*HOST_FLAGS, "-mno-avx2")), want)
+
+
+@pytest.mark.parametrize("hw,rolled", [(7, False), (9, True)])
+def test_byte_quad_tiles_keep_their_taps_rolled_from_8_accumulators(hw, rolled):
+    """A 1 x 7 tile (a 7-wide row) leaves GCC registers to unroll the taps; a 3 x 3 tile
+    keeps them rolled, as the int16 pairs' tiles do."""
+    inputs, attrs = qconv_case("uint8", 8, c=12, oc=20, hw=hw, k=3)
+    inputs[1][...] = np.clip(inputs[1], -64, 64)
+    attrs["byte_pairs"] = True
+    target = CpuTarget(vector_bits=256, features=("avx2", "fma"))
+    src = codegen_c(qconv_func(inputs, attrs, target)[0])
+    assert "pk_dot4_u8x8_avx2_byte_pairs(&" in src
+    assert src.count("#pragma GCC unroll 1\n") == (2 if rolled else 0)
 
 
 @pytest.mark.parametrize(

@@ -695,6 +695,7 @@ SHORT_STEPS, SHORT_BUDGET = 8, 16
 # ResNet-18-style 29.53 -> 29.43)
 PAIR_BUDGET_256 = 9
 MAX_OC_TILE = 4
+BYTE_QUADS_ROLLED = 8
 # 512-bit dot products: a tile of 7 columns or more where the row has them (each
 # weight vector serves that many broadcasts). ResNet-18-style int8 on VNNI
 # (bench/ab_bundles.py, 8 rounds, twice): the 4 x 4 tiles of its rows of 112, 56 and 28
@@ -810,8 +811,14 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     st.reorder(an, aoh, *red, ob, aow, oi, rci)
     st.unroll(ob)
     st.unroll(aow)
-    if pairs and ctx.target.vector_bits < 512:  # 16 vector registers
-        for iv in (rk0, rk1):  # GCC unrolls the taps, interleaves them and spills the tile
+    # 16 vector registers: GCC unrolls the taps, interleaves them and spills the tile.
+    # A tile of byte quads under BYTE_QUADS_ROLLED accumulators leaves it room: unrolled,
+    # tv_resnet18's 7x7 convs (1 x 7 tiles, 7-bit weights) ran 0.67-0.70x the time on a
+    # Zen 3 (bench/ab_bundles.py, 6 rounds: those 4 kernels 7.94 -> 5.68 ms, the other
+    # 20 1.01x; all 27.7 -> 25.6 ms).
+    rolled = acc.op.reduce_axis[-1].extent == 2 or t_oc * t_ow >= BYTE_QUADS_ROLLED
+    if pairs and rolled and ctx.target.vector_bits < 512:
+        for iv in (rk0, rk1):
             st.keep_rolled(iv)
     st.tensorize(oi, intrin)
     _epilogue_at(ctx, sch, rqb, st_out, owo)
