@@ -335,6 +335,25 @@ def test_weights_whose_byte_pairs_fit_run_one_vpmaddubsw_a_quad_bit_exact(k, str
     np.testing.assert_array_equal(run_host(inputs, attrs, target, (*HOST_FLAGS, "-mno-avx2")), want)
 
 
+@pytest.mark.parametrize("stride,hw,tile", [(1, 14, [("3", 7)]), (2, 28, [("1", 4), ("3", 2)])])
+def test_byte_quads_of_a_stride_1_conv_take_one_block_by_7_columns(stride, hw, tile):
+    """A 3x3 conv on byte quads at stride 1 over a 14-wide row: 1 x 7 (its one block
+    is no loop), its taps unrolled; at stride 2 (14 columns out) the pair tiles' rule
+    stands: 4 x 2, the taps rolled."""
+    inputs, attrs = qconv_case("uint8", 8, c=8, oc=32, hw=hw, k=3, stride=stride)
+    inputs[1][...] = np.clip(inputs[1], -64, 64)
+    attrs["byte_pairs"] = True
+    target = CpuTarget(vector_bits=256, features=("avx2", "fma"))
+    src = codegen_c(qconv_func(inputs, attrs, target)[0])
+    loops = re.findall(r"#pragma GCC unroll (\d+)\s+for \(int64_t qconv_acc_i([13]) ", src)
+    assert sorted({(i, int(n)) for n, i in loops}) == tile
+    assert src.count("#pragma GCC unroll 1\n") == (0 if stride == 1 else 2)
+    if "avx2" in _cpu_flags():
+        np.testing.assert_array_equal(
+            run_host(inputs, attrs, target), run_host(inputs, attrs, None)
+        )
+
+
 @pytest.mark.parametrize("hw,rolled", [(7, False), (9, True)])
 def test_byte_quad_tiles_keep_their_taps_rolled_from_8_accumulators(hw, rolled):
     """A 1 x 7 tile (a 7-wide row) leaves GCC registers to unroll the taps; a 3 x 3 tile

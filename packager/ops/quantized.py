@@ -696,6 +696,7 @@ SHORT_STEPS, SHORT_BUDGET = 8, 16
 PAIR_BUDGET_256 = 9
 MAX_OC_TILE = 4
 BYTE_QUADS_ROLLED = 8
+BYTE_QUAD_COLS = 7
 # 512-bit dot products: a tile of 7 columns or more where the row has them (each
 # weight vector serves that many broadcasts). ResNet-18-style int8 on VNNI
 # (bench/ab_bundles.py, 8 rounds, twice): the 4 x 4 tiles of its rows of 112, 56 and 28
@@ -789,6 +790,8 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     oc_def, ow_def = _default_tile(
         blocks, cols, budget, pairs256 and taps, WIDE_COLS if zmm_quads else 0
     )
+    if _seven_wide_byte_quads(acc, intrin, taps, cols):
+        oc_def, ow_def = 1, BYTE_QUAD_COLS
     t_oc = cfg.define_split("qtile_oc", blocks, oc_def, most=MAX_OC_TILE)
     t_ow = cfg.define_split("qtile_ow", cols, ow_def, most=32)
     order = cfg.define("qreduce_order", ("rcb_k", "k_rcb"), "rcb_k")
@@ -823,6 +826,23 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     st.tensorize(oi, intrin)
     _epilogue_at(ctx, sch, rqb, st_out, owo)
     return sch
+
+
+def _seven_wide_byte_quads(acc: te.Tensor, intrin, taps: bool, cols: int) -> bool:
+    """Whether a conv on byte quads (vpmaddubsw) takes one block x BYTE_QUAD_COLS
+    columns: a k x k conv at stride 1 (not a stem's packed rows) whose row is a multiple
+    of it. Its 7 accumulators leave GCC room to unroll the taps (BYTE_QUADS_ROLLED).
+    Measured on a Zen 3 (tv_resnet18 with 7-bit weights, bench/ab_bundles.py, 8 rounds):
+    its 3x3 stride-1 convs at 56, 28 and 14 columns 0.89-0.92x the time of the 4 x 2
+    and 2 x 4 pair tiles, the kernels left alone 1.015x; its stride-2 convs ran 1.04-1.05x
+    with it, so they keep theirs."""
+    return (
+        intrin.isa == "vpmaddubsw"
+        and taps
+        and cols % BYTE_QUAD_COLS == 0
+        and list(acc.op.attrs.get("strides", [1, 1])) == [1, 1]
+        and not acc.op.attrs.get("row_channels")
+    )
 
 
 def _tile_output(ctx: ScheduleContext, st_out, t_oc: int, t_ow: int, lanes: int):
