@@ -695,6 +695,9 @@ SHORT_STEPS, SHORT_BUDGET = 8, 16
 # ResNet-18-style 29.53 -> 29.43)
 PAIR_BUDGET_256 = 9
 MAX_OC_TILE = 4
+# Byte quads (vpmaddubsw, 7-bit weights) at 256 bits: tiles from this many accumulators
+# keep their tap loops rolled as the int16 pairs' do; a k x k stride-1 conv takes one
+# block x BYTE_QUAD_COLS columns (_seven_wide_byte_quads)
 BYTE_QUADS_ROLLED = 8
 BYTE_QUAD_COLS = 7
 # 512-bit dot products: a tile of 7 columns or more where the row has them (each
