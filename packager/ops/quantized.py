@@ -771,13 +771,14 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     cfg, out = ctx.cfg, ctx.outs[0]
     _, blocks, _, cols, lanes = acc.shape
     taps = acc.op.reduce_axis[1].extent * acc.op.reduce_axis[2].extent > 1
-    if acc.op.reduce_axis[-1].extent == 2:  # int16 weight pairs (quantize.py)
+    int16_pairs = acc.op.reduce_axis[-1].extent == 2  # int16 weight pairs (quantize.py)
+    if int16_pairs:
         intrin = pair_intrin(lanes, ctx.target, taps)
     else:
         intrin = dot4_intrin(x.dtype, lanes, ctx.target, acc.op.attrs.get("byte_pairs", False))
     # int16 pair sums (vpmaddwd of int16 pairs, or vpmaddubsw of byte pairs and
     # vpmaddwd): each step's products take a register before the add
-    pairs = acc.op.reduce_axis[-1].extent == 2 or intrin.isa == "vpmaddubsw"
+    pairs = int16_pairs or intrin.isa == "vpmaddubsw"
     budget = ACC_BUDGET.get(ctx.target.vector_bits, 12)
     if math.prod(int(r.extent) for r in acc.op.reduce_axis[:3]) <= SHORT_STEPS:
         budget = min(budget, SHORT_BUDGET)
@@ -822,7 +823,7 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     # tv_resnet18's 7x7 convs (1 x 7 tiles, 7-bit weights) ran 0.67-0.70x the time on a
     # Zen 3 (bench/ab_bundles.py, 6 rounds: those 4 kernels 7.94 -> 5.68 ms, the other
     # 20 1.01x; all 27.7 -> 25.6 ms).
-    rolled = acc.op.reduce_axis[-1].extent == 2 or t_oc * t_ow >= BYTE_QUADS_ROLLED
+    rolled = int16_pairs or t_oc * t_ow >= BYTE_QUADS_ROLLED
     if pairs and rolled and ctx.target.vector_bits < 512:
         for iv in (rk0, rk1):
             st.keep_rolled(iv)

@@ -290,13 +290,15 @@ class _Matcher:
         # reads x_zp there), or, with few channels (a stem), its kernel rows pack
         groups = int(node.attrs.get("groups", 1))
         pairs, blocks, step = self.conv_steps(x, w, groups)
-        packed, taps = self.pack_conv(node, w, step, blocks, groups)
+        packed = None
         if pairs and groups == 1 and self.values[x[0]].dtype == "uint8":
             # weights whose byte pairs cannot saturate vpmaddubsw (7-bit ones) keep
             # their quads: uint8 activations need no widened copy (int8_intrin.py)
-            quads, quad_taps = self.pack_conv(node, w, 4, blocks, groups)
+            quads, taps = self.pack_conv(node, w, 4, blocks, groups)
             if byte_pairs_fit(quads):
-                pairs, packed, taps = False, quads, quad_taps | {"byte_pairs": True}
+                pairs, packed, taps = False, quads, taps | {"byte_pairs": True}
+        if packed is None:
+            packed, taps = self.pack_conv(node, w, step, blocks, groups)
         if pairs:  # x86 without a dot product: vpmaddwd of int16 pairs (int8_intrin.py)
             packed = packed.astype(np.int16)
         if self.dw_quads(node, x, w):  # 4 taps a dot-product step (int8_intrin.py)
