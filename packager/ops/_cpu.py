@@ -8,6 +8,12 @@ from ..te.schedule import PARALLEL_MIN_ELEMS, default_schedule, parallel_outer, 
 from .registry import ScheduleContext
 
 
+def vector_registers(target) -> int:
+    """Vector registers the ISA has: 32 with AVX-512 and on AArch64, else 16 (AVX2,
+    ARMv7 NEON)."""
+    return 32 if target.vector_bits >= 512 or target.arch == "aarch64" else 16
+
+
 def find_tagged(t: te.Tensor, tag: str) -> te.Tensor | None:
     """The nearest compute tensor tagged ``tag`` at or above ``t``."""
     stack, seen = [t], set()

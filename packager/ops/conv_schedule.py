@@ -33,7 +33,7 @@ import numpy as np
 from .. import te
 from ..te.schedule import Schedule, create_schedule, default_schedule
 from . import conv_nchwc  # noqa: F401  (registers the op this module schedules)
-from ._cpu import find_tagged, inline_around_pad, padded_copy_at_root
+from ._cpu import find_tagged, inline_around_pad, padded_copy_at_root, vector_registers
 from .dwconv_schedule import is_depthwise, schedule_depthwise_cpu
 from .registry import ScheduleContext, register_schedule
 
@@ -60,12 +60,6 @@ ACC_BUDGET = {512: 24}
 # exists the 14 one stays (4 x 2 or 1 x 7 instead lost up to 14% on 7- and 14-wide
 # expansions).
 SPILL_FREE = 12
-
-
-def vector_registers(target) -> int:
-    """Vector registers the ISA has: 32 with AVX-512 and on AArch64, else 16 (AVX2,
-    ARMv7 NEON)."""
-    return 32 if target.vector_bits >= 512 or target.arch == "aarch64" else 16
 
 
 def acc_budget(target) -> int:

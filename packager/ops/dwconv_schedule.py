@@ -24,17 +24,25 @@ from __future__ import annotations
 
 from .. import te
 from ..te.schedule import Schedule, create_schedule
-from ._cpu import inline_around_pad, padded_copy_at_root
+from ._cpu import inline_around_pad, padded_copy_at_root, vector_registers
 from .registry import ScheduleContext
 
-# Accumulators in one tile (2 blocks x 7 columns by default). Each tap is one load and
-# one FMA per accumulator, so the tile only has to keep enough FMAs in flight: measured
-# on the MobileNetV2-style network (EPYC, AVX-512, one thread), 2x7 and 1x8 run the
-# large memory-bound layers alike (~0.14 ms for 32 channels at 112x112), while the
-# cache-resident 28x28 layers want ~14 (0.10 ms against 0.13 with 7) and 4 columns
-# are twice as slow as 8.
+# Accumulators in one tile (2 blocks x 7 columns by default with 32 vector registers).
+# Each tap is one load and one FMA per accumulator, so the tile only has to keep enough
+# FMAs in flight: measured on the MobileNetV2-style network (EPYC, AVX-512, one
+# thread), 2x7 and 1x8 run the large memory-bound layers alike (~0.14 ms for 32
+# channels at 112x112), while the cache-resident 28x28 layers want ~14 (0.10 ms
+# against 0.13 with 7) and 4 columns are twice as slow as 8.
 DW_ACC = 14
 MAX_OC_TILE = 2
+# With 16 vector registers a tile of 14 accumulators leaves too few for the tap's weight
+# and input vectors and GCC spills. Measured on a Zen 3 (AVX2, 1 thread,
+# bench/ab_bundles.py, 5 rounds, the changed kernels' time against the unchanged ones'):
+# tv_mobilenet_v2's depthwise convs 0.53x the 2 x 7 tile's time with 1 x 7; 1 x 14 ran
+# 1.9x and 1 x 4 1.22x the 1 x 7 one, 1 x 8 alike within the noise (the 56-wide layer
+# 1.1-1.4x slower). Tuning runs on that machine ranked one block first for every
+# depthwise conv of the network, mostly with 7 columns (1.6-4.7x the 2 x 7 tile).
+DW_ACC_FEW_REGS = 7
 
 
 def is_depthwise(conv: te.Tensor) -> bool:
@@ -47,6 +55,14 @@ def is_depthwise(conv: te.Tensor) -> bool:
 def _largest_divisor(n: int, most: int) -> int:
     # default=1: an empty (zero-sized) extent has no divisor, and any tile will do.
     return max((d for d in range(1, min(n, most) + 1) if n % d == 0), default=1)
+
+
+def default_tile(target, out_w: int) -> tuple[int, int]:
+    """The default (oc tile, ow tile): with 32 vector registers 2 blocks x DW_ACC / 2
+    columns, with 16 (AVX2, ARMv7 NEON) one block x DW_ACC_FEW_REGS columns."""
+    if vector_registers(target) <= 16:
+        return 1, _largest_divisor(out_w, DW_ACC_FEW_REGS)
+    return MAX_OC_TILE, _largest_divisor(out_w, DW_ACC // MAX_OC_TILE)
 
 
 def default_pad(vectorized: bool) -> str:
@@ -64,8 +80,9 @@ def schedule_depthwise_cpu(ctx: ScheduleContext, conv: te.Tensor) -> Schedule:
     pad = inline_around_pad(sch, conv)
     cfg = ctx.cfg
     _, out_blocks, _, out_w, block = conv.shape
-    oc_tile = cfg.define_split("tile_oc", out_blocks, MAX_OC_TILE, most=MAX_OC_TILE)
-    ow_default = _largest_divisor(out_w, DW_ACC // oc_tile)
+    oc_def, ow_def = default_tile(ctx.target, out_w)
+    oc_tile = cfg.define_split("tile_oc", out_blocks, oc_def, most=MAX_OC_TILE)
+    ow_default = ow_def if oc_tile == oc_def else _largest_divisor(out_w, DW_ACC // oc_tile)
     ow_tile = cfg.define_split("tile_ow", out_w, ow_default, most=16)
     vec = cfg.define("vectorize_oc", (True, False), block in (2, 4, 8, 16))
     par = cfg.define("parallel", ("n_oc_oh", "n_oc", "none"), "n_oc_oh")

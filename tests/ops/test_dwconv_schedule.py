@@ -82,18 +82,19 @@ def test_depthwise_matches_numpy(case):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def _space(c, hw, stride, block=8):
+AVX512 = CpuTarget(vector_bits=512, cores=2)
+
+
+def _space(c, hw, stride, block=8, target=AVX512):
     args, out, anchor = conv_group(c, c, hw, 3, stride, 1, block=block, groups=c)
     op, attrs, tensor = anchor
     cfg = Config()
-    get_op(op).schedules["cpu"](
-        ScheduleContext([out], tensor, attrs, cfg, CpuTarget(vector_bits=256, cores=2))
-    )
+    get_op(op).schedules["cpu"](ScheduleContext([out], tensor, attrs, cfg, target))
     return cfg
 
 
 def test_depthwise_defaults():
-    cfg = _space(144, (56, 56), 1)
+    cfg = _space(128, (56, 56), 1, block=16)
     assert cfg.as_dict() == {
         "tile_oc": 2,
         "tile_ow": 7,
@@ -103,8 +104,22 @@ def test_depthwise_defaults():
     }
     assert set(cfg.space["pad"].candidates) == {"root", "inline"}
     # one block: one column tile of up to 14 accumulators
-    assert _space(8, (28, 28), 2).as_dict()["tile_oc"] == 1
-    assert _space(8, (28, 28), 1).as_dict()["tile_ow"] == 14
+    assert _space(16, (28, 28), 2, block=16).as_dict()["tile_oc"] == 1
+    assert _space(16, (28, 28), 1, block=16).as_dict()["tile_ow"] == 14
+    # AArch64 has 32 registers too
+    neon = CpuTarget(arch="aarch64", vector_bits=128)
+    assert _space(16, (28, 28), 1, block=4, target=neon).as_dict()["tile_oc"] == 2
+
+
+@pytest.mark.parametrize(
+    "width, want", [(56, (1, 7)), (112, (1, 7)), (28, (1, 7)), (7, (1, 7)), (12, (1, 6))]
+)
+def test_depthwise_tile_with_16_registers(width, want):
+    """AVX2 and ARMv7 NEON: one block and at most DW_ACC_FEW_REGS columns."""
+    for target in (CpuTarget(vector_bits=256), CpuTarget(arch="armv7", vector_bits=128)):
+        lanes = target.vector_bits // 32
+        cfg = _space(144 // 8 * lanes, (width, width), 1, block=lanes, target=target)
+        assert (cfg.as_dict()["tile_oc"], cfg.as_dict()["tile_ow"]) == want
 
 
 def test_only_depthwise_convs_dispatch_here():
@@ -141,11 +156,11 @@ TOOLCHAINS = {
 }
 
 
-def _dw_source(lanes: int, stride: int) -> str:
+def _dw_source(arch: str, lanes: int, stride: int) -> str:
     args, out, anchor = conv_group(
         8 * lanes, 8 * lanes, (28, 28), 3, stride, 1, block=lanes, groups=8 * lanes
     )
-    sch = schedule_for([out], anchor, CpuTarget(vector_bits=32 * lanes, cores=2))
+    sch = schedule_for([out], anchor, CpuTarget(arch=arch, vector_bits=32 * lanes, cores=2))
     return codegen_c(te.lower(sch, [*args, out], "k_dw"))
 
 
@@ -156,7 +171,7 @@ def test_depthwise_hot_loop_is_vector_code(arch, stride, tmp_path):
     if not (shutil.which(cc) and shutil.which(objdump)):
         pytest.skip(f"{cc} or {objdump} not installed")
     src, obj = tmp_path / "k.c", tmp_path / "k.o"
-    src.write_text(_dw_source(lanes, stride))
+    src.write_text(_dw_source(arch, lanes, stride))
     # every loop is vector code, the clip epilogue's per-lane selects too (blends)
     assert "ivdep" not in src.read_text() and "pk_i32x" in src.read_text()
     subprocess.run(
@@ -179,6 +194,7 @@ def test_depthwise_hot_loop_is_vector_code(arch, stride, tmp_path):
     ).stdout
     body = asm[asm.index("<k_dw_par0>:") :]
     body = body[: body.index("\n\n")] if "\n\n" in body else body
-    # the 2 blocks x 7 columns tile: one FMA per accumulator and tap, with guarded loads
-    assert len(re.findall(fma, body)) >= 14
+    # one FMA per accumulator and tap, with guarded loads: AArch64's 2 blocks x 7
+    # columns tile, AVX2's 1 x 7 (16 registers)
+    assert len(re.findall(fma, body)) >= (14 if arch == "aarch64" else 7)
     assert not re.findall(scalar, body), "scalar float arithmetic in the depthwise kernel"
