@@ -5,7 +5,8 @@ Loop nest (TVM's x86 NCHWc schedule, in our primitives), the knobs in quotes, de
 first:
 
     parallel (n, ob_outer, oh_outer)      -- "parallel"; "outer_order": oc_oh | oh_oc
-                                             (oh_oc for a 1x1 conv over a large input)
+                                             (oh_oc for a 1x1 conv over a large input
+                                             or a strided one)
       ow_outer
         conv tile (computed at ow_outer, a local buffer the codegen keeps in vector
         registers): for the reduction loops -- "reduce_order" (rcb kh kw rci, ...),
@@ -249,20 +250,33 @@ DEFAULT_L2_BYTES = 512 << 10
 
 
 def default_outer_order(conv: te.Tensor, target, passes: int) -> str:
-    """``oh_oc`` (each row of tiles over all output blocks) for a 1x1 conv whose input
-    is more than OUTER_INPUT_L2 times the board's L2 and whose tiles of output blocks
-    would read it ``passes`` >= OUTER_MIN_PASSES times, else ``oc_oh`` (each tile of
-    output blocks over all rows). Blocks outside, every tile of blocks re-reads the
-    whole input, from L3 where it does not fit the L2; rows outside, a row's input stays
-    in cache across the blocks and the weights are re-read instead. Measured on a Zen 3
+    """``oh_oc`` (each row of tiles over all output blocks) for a 1x1 conv whose tiles
+    of output blocks would read its input ``passes`` >= OUTER_MIN_PASSES times and
+    which is strided or whose input is more than OUTER_INPUT_L2 times the board's L2,
+    else ``oc_oh`` (each tile of output blocks over all rows). Blocks outside, every
+    tile of blocks re-reads the whole input, from L3 where it does not fit the L2; rows
+    outside, a row's input stays in cache across the blocks and the weights are re-read
+    instead. Measured on a Zen 3
     (AVX2, L2 512 KiB, 1 thread, bench/ab_bundles.py, 5 rounds): light ResNet-50's 1x1
     convs over 1.6 and 3.2 MB inputs 0.69-0.93x the time (those kernels 0.83x, the
     others 1.00x), DenseNet-121's 0.89-0.98x (0.94x, the others 1.00x); those over 0.8
     MB or less, the ones with a residual add and 7x7 outputs among them, ran 1.0-1.2x
     the other way, and MobileNetV2's few-block convs (2-3 passes) 0.99-1.04x. A 3x3
-    conv re-reads each input row for its taps from L1 either way."""
+    conv re-reads each input row for its taps from L1 either way.
+
+    A strided 1x1 conv (a residual block's downsampling projection) takes rows outside
+    whatever its input's size: it reads every other row and column, so blocks outside,
+    every tile of blocks fetched the same cache lines again, half of each holding
+    columns it skips; rows outside, a row's lines are fetched once for all the blocks.
+    Measured on the same Zen 3 (bench/ab_bundles.py, 5 rounds, in both orders):
+    tv_resnet18's three projections took 0.87x and 0.79x their time (56 -> 28: 0.78x
+    and 0.78x; 28 -> 14: 0.83x and 0.73x; 14 -> 7: 1.03x and 0.90x) while its other
+    kernels read 1.035x and 0.99x; light ResNet-50's 1024 -> 2048 projection, the one
+    the size rule left, 0.93x against 0.975x."""
     if _pointwise(conv) is None or passes < OUTER_MIN_PASSES:
         return "oc_oh"
+    if max(conv.op.attrs.get("strides", [1])) > 1:
+        return "oh_oc"
     x = conv.op.input_tensors[0]
     size = math.prod(x.shape) * np.dtype(x.dtype).itemsize
     l2 = target.l2_bytes or DEFAULT_L2_BYTES

@@ -166,17 +166,23 @@ def test_a_plain_input_conv_takes_one_block_at_16_registers(c, k, stride, hw, bi
 
 
 @pytest.mark.parametrize(
-    "c, oc, k, l2_kib, want",
+    "c, oc, k, stride, l2_kib, want",
     [
-        (128, 128, 1, 512, "oh_oc"),  # 1.6 MB input, twice a 512 KiB L2: rows outside
-        (128, 128, 1, 1024, "oc_oh"),  # ... not over twice a 1 MiB L2
-        (64, 128, 1, 512, "oc_oh"),  # 0.8 MB: the blocks' re-reads stay cheap enough
-        (128, 16, 1, 512, "oc_oh"),  # two blocks: the input is read twice only
-        (128, 128, 3, 512, "oc_oh"),  # a 3x3 conv keeps blocks outside
+        (128, 128, 1, 1, 512, "oh_oc"),  # 1.6 MB input, twice a 512 KiB L2: rows outside
+        (128, 128, 1, 1, 1024, "oc_oh"),  # ... not over twice a 1 MiB L2
+        (64, 128, 1, 1, 512, "oc_oh"),  # 0.8 MB: the blocks' re-reads stay cheap enough
+        (128, 16, 1, 1, 512, "oc_oh"),  # two blocks: the input is read twice only
+        (128, 128, 3, 1, 512, "oc_oh"),  # a 3x3 conv keeps blocks outside
+        (64, 128, 1, 2, 512, "oh_oc"),  # a strided 1x1 (a projection): rows outside
+        (64, 128, 1, 2, 4096, "oh_oc"),  # ... whatever the L2
+        (64, 16, 1, 2, 512, "oc_oh"),  # ... where it has 4 tiles of blocks or more
+        (64, 128, 3, 2, 512, "oc_oh"),  # a strided 3x3 keeps blocks outside
     ],
 )
-def test_a_pointwise_conv_over_a_large_input_walks_rows_outside(c, oc, k, l2_kib, want):
-    args, out, anchor = conv_group(c=c, oc=oc, hw=(56, 56), k=k, stride=1, pad=k // 2)
+def test_a_pointwise_conv_over_a_large_input_or_strided_walks_rows_outside(
+    c, oc, k, stride, l2_kib, want
+):
+    args, out, anchor = conv_group(c=c, oc=oc, hw=(56, 56), k=k, stride=stride, pad=k // 2)
     cfg = Config()
     _, attrs, tensor = anchor
     from packager.ops.registry import ScheduleContext
