@@ -256,13 +256,13 @@ def default_outer_order(conv: te.Tensor, target, passes: int) -> str:
     else ``oc_oh`` (each tile of output blocks over all rows). Blocks outside, every
     tile of blocks re-reads the whole input, from L3 where it does not fit the L2; rows
     outside, a row's input stays in cache across the blocks and the weights are re-read
-    instead. Measured on a Zen 3
-    (AVX2, L2 512 KiB, 1 thread, bench/ab_bundles.py, 5 rounds): light ResNet-50's 1x1
-    convs over 1.6 and 3.2 MB inputs 0.69-0.93x the time (those kernels 0.83x, the
-    others 1.00x), DenseNet-121's 0.89-0.98x (0.94x, the others 1.00x); those over 0.8
-    MB or less, the ones with a residual add and 7x7 outputs among them, ran 1.0-1.2x
-    the other way, and MobileNetV2's few-block convs (2-3 passes) 0.99-1.04x. A 3x3
-    conv re-reads each input row for its taps from L1 either way.
+    instead. Measured on a Zen 3 (AVX2, L2 512 KiB, 1 thread, bench/ab_bundles.py, 5
+    rounds): light ResNet-50's 1x1 convs over 1.6 and 3.2 MB inputs 0.69-0.93x the time
+    (those kernels 0.83x, the others 1.00x), DenseNet-121's 0.89-0.98x (0.94x, the
+    others 1.00x); those over 0.8 MB or less, the ones with a residual add and 7x7
+    outputs among them, ran 1.0-1.2x the other way, and MobileNetV2's few-block convs
+    (2-3 passes) 0.99-1.04x. A 3x3 conv re-reads each input row for its taps from L1
+    either way.
 
     A strided 1x1 conv (a residual block's downsampling projection) takes rows outside
     whatever its input's size: it reads every other row and column, so blocks outside,

@@ -40,8 +40,9 @@ MAX_OC_TILE = 2
 # bench/ab_bundles.py, 5 rounds, the changed kernels' time against the unchanged ones'):
 # tv_mobilenet_v2's depthwise convs 0.53x the 2 x 7 tile's time with 1 x 7; 1 x 14 ran
 # 1.9x and 1 x 4 1.22x the 1 x 7 one, 1 x 8 alike within the noise (the 56-wide layer
-# 1.1-1.4x slower). Tuning runs on that machine ranked one block first for every
-# depthwise conv of the network, mostly with 7 columns (1.6-4.7x the 2 x 7 tile).
+# 1.1-1.4x slower). Tuning runs on that machine had ranked one block first for every
+# depthwise conv of the network, mostly with 7 columns. ARMv7 NEON (16 registers) takes
+# the same rule, unmeasured.
 DW_ACC_FEW_REGS = 7
 
 
