@@ -58,12 +58,19 @@ def _largest_divisor(n: int, most: int) -> int:
     return max((d for d in range(1, min(n, most) + 1) if n % d == 0), default=1)
 
 
-def default_tile(target, out_w: int) -> tuple[int, int]:
-    """The default (oc tile, ow tile): with 32 vector registers 2 blocks x DW_ACC / 2
-    columns, with 16 (AVX2, ARMv7 NEON) one block x DW_ACC_FEW_REGS columns."""
+def default_tile_oc(target) -> int:
+    """Blocks a tile takes by default: MAX_OC_TILE with 32 vector registers, one with 16
+    (AVX2, ARMv7 NEON)."""
+    return 1 if vector_registers(target) <= 16 else MAX_OC_TILE
+
+
+def default_tile_ow(target, out_w: int, oc_tile: int) -> int:
+    """Columns a tile of ``oc_tile`` blocks takes by default: DW_ACC accumulators in
+    all, and at most DW_ACC_FEW_REGS columns with 16 vector registers."""
+    most = DW_ACC // oc_tile
     if vector_registers(target) <= 16:
-        return 1, _largest_divisor(out_w, DW_ACC_FEW_REGS)
-    return MAX_OC_TILE, _largest_divisor(out_w, DW_ACC // MAX_OC_TILE)
+        most = min(most, DW_ACC_FEW_REGS)
+    return _largest_divisor(out_w, most)
 
 
 def default_pad(vectorized: bool) -> str:
@@ -81,10 +88,10 @@ def schedule_depthwise_cpu(ctx: ScheduleContext, conv: te.Tensor) -> Schedule:
     pad = inline_around_pad(sch, conv)
     cfg = ctx.cfg
     _, out_blocks, _, out_w, block = conv.shape
-    oc_def, ow_def = default_tile(ctx.target, out_w)
-    oc_tile = cfg.define_split("tile_oc", out_blocks, oc_def, most=MAX_OC_TILE)
-    ow_default = ow_def if oc_tile == oc_def else _largest_divisor(out_w, DW_ACC // oc_tile)
-    ow_tile = cfg.define_split("tile_ow", out_w, ow_default, most=16)
+    oc_tile = cfg.define_split("tile_oc", out_blocks, default_tile_oc(ctx.target), most=MAX_OC_TILE)
+    ow_tile = cfg.define_split(
+        "tile_ow", out_w, default_tile_ow(ctx.target, out_w, oc_tile), most=16
+    )
     vec = cfg.define("vectorize_oc", (True, False), block in (2, 4, 8, 16))
     par = cfg.define("parallel", ("n_oc_oh", "n_oc", "none"), "n_oc_oh")
     pad_at = cfg.define("pad", ("root", "inline"), default_pad(vec))
