@@ -22,6 +22,7 @@ from .graph.memory import MemoryPlan, plan_memory
 from .graph.passes.place_accel import placement, placement_line
 from .graph.pipeline import PassContext, optimize
 from .lowering import Kernel, lower_graph
+from .ops.winograd_schedule import tile_multiple
 from .reference import random_input, run_reference
 from .safe_paths import check_bundle_output
 from .target import AccelTarget, Target, targets_of
@@ -101,11 +102,11 @@ def compile_model(
         pick = conv_algorithms.by_default
         if tuning is not None:
             pick, gain = tuning.pick_algorithm(plan)
-    chosen = conv_algorithms.choose(graph, pick, budget, gain)
+    target = Target.cpu(board or _host())
+    chosen = conv_algorithms.choose(graph, pick, budget, gain, tile_multiple(target))
     if chosen.nodes != graph.nodes:  # new filters: the params' storage is re-planned
         graph, plan = chosen, plan_memory(chosen)
     extra = sum(v.nbytes for v in graph.consts()) - weights
-    target = Target.cpu(board or _host())
     has_accel = board is not None and board.accel is not None
     accel = AccelTarget.of(board) if has_accel else None
     placed = placement(graph) if has_accel else None

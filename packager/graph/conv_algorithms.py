@@ -93,10 +93,14 @@ def _unpack(w: np.ndarray) -> np.ndarray:
     return w.transpose(0, 5, 1, 4, 2, 3).reshape(ob * y, cb * x, kh, kw)
 
 
-def variants(node: Node, graph: Graph, transform: bool = True) -> list[Variant]:
+def variants(
+    node: Node, graph: Graph, transform: bool = True, tile_multiple: int = 1
+) -> list[Variant]:
     """The Winograd forms of an eligible conv node (none for any other node).
     ``transform=False`` leaves the transformed filters' data out (``transformed`` fills
-    it in): their shape is all a choice between the forms needs."""
+    it in): their shape is all a choice between the forms needs. ``tile_multiple``: the
+    forms' attribute of that name, for the target's schedule
+    (ops/winograd_schedule.tile_multiple); 1 leaves it out."""
     if not eligible(node, graph):
         return []
     conv = _inner_conv(node)
@@ -107,6 +111,8 @@ def variants(node: Node, graph: Graph, transform: bool = True) -> list[Variant]:
         alpha = m + KERNEL - 1
         u = Value(f"{w.name}__winograd{m}", (alpha, alpha, ob, cb * x, y), w.dtype)
         attrs = {"pads": list(conv["attrs"].get("pads") or [0, 0, 0, 0]), "tile": m}
+        if tile_multiple > 1:
+            attrs["tile_multiple"] = tile_multiple
         inputs = [conv["inputs"][0], u.name, *conv["inputs"][2:]]
         new_inner = {**conv, "op": "conv2d_winograd_nchwc", "attrs": attrs, "inputs": inputs}
         if node.op == "fused":
@@ -224,13 +230,20 @@ def within_budget(
     return kept
 
 
-def choose(graph: Graph, pick: Pick, budget: int | None = None, gain: Gain = model_gain) -> Graph:
+def choose(
+    graph: Graph,
+    pick: Pick,
+    budget: int | None = None,
+    gain: Gain = model_gain,
+    tile_multiple: int = 1,
+) -> Graph:
     """``graph`` with every eligible conv in the algorithm ``pick`` names; with a
     ``budget`` (bytes, see ``filter_budget``), only the Winograd forms ``within_budget``
-    keeps, the other convs direct."""
+    keeps, the other convs direct. ``tile_multiple``: as for ``variants``."""
     picked = {}  # node index -> (the Winograd variant picked, the trial it was picked from)
     for k, node in enumerate(graph.nodes):
-        options = variants(node, graph, transform=False)  # only the chosen one is computed
+        # only the chosen one's filters are computed
+        options = variants(node, graph, transform=False, tile_multiple=tile_multiple)
         if not options:
             continue
         trial = [(DIRECT, node, graph)]

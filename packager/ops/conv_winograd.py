@@ -17,7 +17,11 @@ Inputs:
   weight  (alpha, alpha, OC/y, C, y): U[e1, e2, ob, c, oi] = (G g G^T)[e1, e2] of the
           filter of output channel ob*y + oi and input channel c
   bias    optional, (OC/y, y)
-Output (N, OC/y, OH, OW, y). attrs: pads (begins, then ends), tile (m: 2 or 4).
+Output (N, OC/y, OH, OW, y). attrs: pads (begins, then ends), tile (m: 2 or 4),
+tile_multiple (optional, default 1): the transformed input and the products hold a count
+of tiles rounded up to a multiple of it, the extra ones copies of the last tile (so a
+register tile of that many tiles divides them; the output transform reads only the real
+ones).
 
 The transform matrices are the standard ones of F(2, 3) and F(4, 3) (interpolation
 points 0, -1, 1 and 0, -1, 1, -2, 2, 1/2 ... as tabulated by Lavin and Gray, 2015).
@@ -127,6 +131,10 @@ def conv2d_winograd_nchwc(inputs, attrs):
     ow = w + before[1] + after[1] - KERNEL + 1
     th, tw = tiles_of(oh, m), tiles_of(ow, m)
     ntiles = n * th * tw
+    multiple = int(attrs.get("tile_multiple", 1))
+    if multiple < 1:
+        raise ValueError(f"conv2d_winograd_nchwc: tile_multiple {multiple} is not positive")
+    held = -(-ntiles // multiple) * multiple  # tiles the transformed input holds
     # Pad far enough that every tile reads inside: the last tile may run past OH/OW.
     ends = [th * m + KERNEL - 1 - h - before[0], tw * m + KERNEL - 1 - w - before[1]]
     xp = pad_tensor(x, [0, 0, *before, 0], [0, 0, *ends, 0], name="winograd_pad")
@@ -135,6 +143,8 @@ def conv2d_winograd_nchwc(inputs, attrs):
     a_mat = _table([list(r) for r in zip(*at, strict=True)], "winograd_a")  # A: alpha x m
 
     def tile_origin(t):
+        if held > ntiles:
+            t = te.min_(t, ntiles - 1)  # the extra tiles: copies of the last
         return t // (th * tw), (t // tw) % th * m, t % tw * m
 
     rb = te.reduce_axis(alpha, "rb")
@@ -143,10 +153,10 @@ def conv2d_winograd_nchwc(inputs, attrs):
         bn, y0, x0 = tile_origin(t)
         return te.sum(xp[bn, icb, y0 + a, x0 + rb, ci] * b_mat[rb, e2], rb)
 
-    dt = te.compute([cb, ntiles, alpha, alpha, xb], row_pass, name="winograd_dt", tag="winograd")
+    dt = te.compute([cb, held, alpha, alpha, xb], row_pass, name="winograd_dt", tag="winograd")
     ra = te.reduce_axis(alpha, "ra")
     v = te.compute(
-        [alpha, alpha, cb, ntiles, xb],
+        [alpha, alpha, cb, held, xb],
         lambda e1, e2, icb, t, ci: te.sum(b_mat[ra, e1] * dt[icb, t, ra, e2, ci], ra),
         name="winograd_v",
         tag="winograd_input",
@@ -154,7 +164,7 @@ def conv2d_winograd_nchwc(inputs, attrs):
     rcb = te.reduce_axis(cb, "rcb")
     rci = te.reduce_axis(xb, "rci")
     prod = te.compute(
-        [alpha, alpha, ob, ntiles, y],
+        [alpha, alpha, ob, held, y],
         lambda e1, e2, o, t, oi: te.sum(
             v[e1, e2, rcb, t, rci] * u[e1, e2, o, rcb * xb + rci, oi], [rcb, rci]
         ),

@@ -62,11 +62,14 @@ class Tuning:
 
     def pick_algorithm(self, plan):
         """A conv_algorithms policy and its gain, as (pick, gain). pick: the variant with
-        the fastest record (the untuned rule, conv_algorithms.default_algorithm, when no
-        variant has one). gain: the seconds a Winograd variant saves over the direct conv
-        by their records (records of different variants of one conv come from the same
-        board, so their costs compare; a variant its records show slower saves nothing),
-        else conv_algorithms.model_gain's estimate."""
+        the fastest record where the form the untuned rule (conv_algorithms.
+        default_algorithm) takes has one, else that form: records that never measured it
+        (none at all, a run that left it out with ``--conv-algorithm``, or records from
+        before its kernel, and so its key, changed) do not overrule it. gain: the seconds
+        a Winograd variant saves over the direct conv by their records (records of
+        different variants of one conv come from the same board, so their costs compare;
+        a variant its records show slower saves nothing), else conv_algorithms.
+        model_gain's estimate."""
         from ..graph.conv_algorithms import by_default, model_gain
         from ..lowering import kernel_key
 
@@ -80,7 +83,8 @@ class Tuning:
 
         def pick(k, node, trial):
             found = costs(k, trial)
-            return min(found, key=found.get) if found else by_default(k, node, trial)
+            untuned = by_default(k, node, trial)
+            return min(found, key=found.get) if untuned in found else untuned
 
         def gain(k, variant, trial):
             found = costs(k, trial)

@@ -32,6 +32,7 @@ from ..lowering import (
     schedule_for,
 )
 from ..ops.registry import get_op
+from ..ops.winograd_schedule import tile_multiple
 from ..target import Target, targets_of
 from ..te.alias import allow_alias
 from ..te.ir import PrimFunc
@@ -158,11 +159,12 @@ def accel_macs(task: Task) -> int:
     return s.ob * block_out * s.cb * block_in * s.oh * s.ow * s.kh * s.kw
 
 
-def _forms(node: Node, graph: Graph, algorithms=None) -> tuple[list, bool]:
+def _forms(node: Node, graph: Graph, algorithms=None, multiple: int = 1) -> tuple[list, bool]:
     """The node and each other algorithm it may run as (conv_algorithms), as (node,
     graph) pairs to tune (the build takes the fastest), and whether it has other forms.
-    ``algorithms`` keeps only those forms (a node with no other form is always kept)."""
-    others = variants(node, graph)
+    ``algorithms`` keeps only those forms (a node with no other form is always kept);
+    ``multiple``: the Winograd forms' tile_multiple, as the build makes them."""
+    others = variants(node, graph, tile_multiple=multiple)
     forms = []
     if not others or algorithms is None or DIRECT in algorithms:
         forms.append((node, graph))
@@ -183,11 +185,12 @@ def extract_tasks(
     if any(t.family == "opencl" for t in targets):
         algorithms = (DIRECT,)
     tasks: dict[str, Task] = {}
+    multiple = tile_multiple(next(t for t in targets if t.family == "cpu"))
     direct: dict[str, Task] = {}  # each conv's direct form, tuned or not, by its key
     inplace = inplace or {}
     for k, node in enumerate(graph.nodes):
         pairs = tuple(inplace.get(k, ()))
-        forms, has_forms = _forms(node, graph, algorithms)
+        forms, has_forms = _forms(node, graph, algorithms, multiple)
         own = kernel_key(node, graph, pairs) if has_forms else ""
         if has_forms and own not in direct:
             direct[own] = Task(own, "conv2d_nchwc", node, graph, pairs, board)

@@ -89,6 +89,29 @@ def test_forced_rewrite_swaps_the_filters_for_their_transform():
     assert [n["op"] for n in node.attrs["nodes"]] == ["conv2d_nchwc", "relu"]
     assert w_name in [v.name for v in graph.consts()]
     assert ca.choose(graph, ca.forced("direct")).nodes == graph.nodes
+    # For a target with 16 vector registers: the tile count's multiple, same filters
+    six = ca.choose(graph, ca.forced("winograd_4"), tile_multiple=6)
+    (fused,) = [n for n in six.nodes if n.op == "fused"]
+    assert fused.attrs["nodes"][0]["attrs"] == {"pads": [1, 1, 1, 1], "tile": 4, "tile_multiple": 6}
+    np.testing.assert_array_equal(six.values[f"{w_name}__winograd4"].data, u)
+
+
+@pytest.mark.parametrize("bits,multiple", [(256, 6), (512, None)])
+def test_a_build_gives_its_winograd_convs_the_targets_tile_multiple(bits, multiple):
+    """At 256 bits (16 vector registers) every Winograd conv holds its tiles in a
+    multiple of 6; at 512 bits it has no such attribute (its kernels and their keys as
+    before), and the network's outputs match ONNX Runtime's either way."""
+    model = networks.resnet(seed=2, blocks=(1, 1, 1, 1), width=16, size=64)
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 3, 64, 64)).astype(np.float32)
+    board = dataclasses.replace(HOST256, vector_bits=bits)
+    compiled = compile_model(model, board=board, conv_algorithm="winograd_4")
+    inner = [n for node in compiled.graph.nodes for n in node.attrs.get("nodes", [])]
+    wino = [n["attrs"] for n in inner if n["op"] == "conv2d_winograd_nchwc"]
+    assert len(wino) >= 3
+    assert {a.get("tile_multiple") for a in wino} == {multiple}
+    (want,) = ort_outputs(model, {"input": x})
+    (got,) = run_model(model, {"input": x}, conv_algorithm="winograd_4", board=board)
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * np.abs(want).max())
 
 
 def test_unknown_algorithm_is_refused():
@@ -193,7 +216,10 @@ def test_within_budget_spends_on_the_most_gain_per_byte():
     assert sorted(kept) == [1, 2]  # both F(2x2) first; the F(4x4) no longer fits
 
 
-def test_a_tuned_build_weighs_each_form_by_its_records():
+def _tuned_conv():
+    """A 64 -> 64 conv at 56x56: (its node, graph, memory plan, node index, trial of
+    forms), a Tuning without records, and ``records(seconds)``, which gives each form
+    named its best record."""
     from packager.graph.memory import plan_memory
     from packager.lowering import kernel_key
     from packager.tune.apply import Tuning
@@ -205,13 +231,18 @@ def test_a_tuned_build_weighs_each_form_by_its_records():
     ca.choose(graph, lambda k, n, trial: trials.append((k, trial)) or "direct")
     ((k, trial),) = trials
 
-    def records(seconds):  # the best record of each form named (F(2x2) has none)
+    def records(seconds):
         for algorithm, n, g in trial:
             if algorithm in seconds:
                 key = kernel_key(n, g, plan.inplace.get(k, ()))
                 tuning.best[("cpu", key)] = {"result": {"costs": [seconds[algorithm]]}}
 
-    records({"direct": 2e-3, "winograd_4": 0.5e-3})
+    return (node, graph, plan, k, trial), tuning, records
+
+
+def test_a_tuned_build_weighs_each_form_by_its_records():
+    (node, graph, plan, k, trial), tuning, records = _tuned_conv()
+    records({"direct": 2e-3, "winograd_4": 0.5e-3})  # F(2x2) has none
     pick, gain = tuning.pick_algorithm(plan)
     two, four = ca.variants(node, graph, transform=False)
     assert pick(k, node, trial) == "winograd_4"
@@ -221,3 +252,15 @@ def test_a_tuned_build_weighs_each_form_by_its_records():
     assert any(v.name.endswith("__winograd4") for v in kept.consts())
     records({"winograd_4": 3e-3})  # measured slower than direct: never kept
     assert pick(k, node, trial) == "direct" and gain(k, four, trial) < 0
+
+
+def test_records_without_the_untuned_form_do_not_overrule_it():
+    """Records of the direct form only (the Winograd forms' keys changed since, or the
+    run tuned direct alone): the conv takes the form the untuned rule takes, F(4x4)."""
+    (node, graph, plan, k, trial), tuning, records = _tuned_conv()
+    records({"direct": 1e-6})
+    pick, _ = tuning.pick_algorithm(plan)
+    assert ca.default_algorithm(node, graph) == "winograd_4"
+    assert pick(k, node, trial) == "winograd_4"
+    records({"winograd_4": 2e-6})  # measured: the records decide
+    assert pick(k, node, trial) == "direct"

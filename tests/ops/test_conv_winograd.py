@@ -3,11 +3,16 @@ epilogues, shapes whose output is not a multiple of the tile), against a direct 
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 
 from packager import te
-from packager.codegen import build_kernel
+from packager.codegen import build_kernel, codegen_c
+from packager.codegen.build import INCLUDE
 from packager.graph.passes.layout_pack import from_blocked, to_blocked
 from packager.lowering import schedule_for
 from packager.ops.conv_winograd import TILES, matrices, transform_weight
@@ -52,10 +57,14 @@ def _inputs(c, oc, h, w, m, seed=0):
 
 @pytest.mark.parametrize("m", TILES)
 @pytest.mark.parametrize("hw", [(8, 8), (7, 9)])
-def test_compute_matches_direct_conv(m, hw):
+@pytest.mark.parametrize("multiple", [1, 6])
+def test_compute_matches_direct_conv(m, hw, multiple):
+    """Also with the count of tiles rounded up (tile_multiple): 4, 6, 9 or 12 tiles held
+    as 6 or 12, the extra ones computed from the last tile and dropped."""
     x, wt, b, ins = _inputs(16, 8, *hw, m)
     pads = [1, 1, 1, 1]
-    (got,) = run_op_numpy("conv2d_winograd_nchwc", ins, {"pads": pads, "tile": m})
+    attrs = {"pads": pads, "tile": m, "tile_multiple": multiple}
+    (got,) = run_op_numpy("conv2d_winograd_nchwc", ins, attrs)
     want = direct_conv(x, wt, pads) + b[None, :, None, None]
     np.testing.assert_allclose(from_blocked(got), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
@@ -74,14 +83,18 @@ def test_bad_shapes_are_refused():
         get_op("conv2d_winograd_nchwc").compute([x, u], {"pads": [1] * 4, "tile": 4})
     with pytest.raises(ValueError, match="tile 3"):
         get_op("conv2d_winograd_nchwc").compute([x, u], {"pads": [1] * 4, "tile": 3})
+    x = te.placeholder((1, 1, 8, 8, 8), "float32", "x")
+    with pytest.raises(ValueError, match="tile_multiple 0 is not positive"):
+        attrs = {"pads": [1] * 4, "tile": 4, "tile_multiple": 0}
+        get_op("conv2d_winograd_nchwc").compute([x, u], attrs)
 
 
-def _group(c, oc, hw, m, epilogue):
+def _group(c, oc, hw, m, epilogue, multiple=1):
     """conv (+ bias + relu, + residual add) on placeholders, like a fused group."""
     data = te.placeholder((1, c // BLOCK, *hw, BLOCK), "float32", "in0")
     weight = te.placeholder((m + 2, m + 2, oc // BLOCK, c, BLOCK), "float32", "in1")
     args = [data, weight]
-    attrs = {"pads": [1] * 4, "tile": m}
+    attrs = {"pads": [1] * 4, "tile": m, "tile_multiple": multiple}
     if epilogue == "none":
         out = get_op("conv2d_winograd_nchwc").compute(args, attrs)[0]
         return args, out, ("conv2d_winograd_nchwc", attrs, out)
@@ -99,20 +112,23 @@ def _group(c, oc, hw, m, epilogue):
 
 
 @pytest.mark.parametrize(
-    "m,hw,epilogue,knobs",
+    "m,hw,epilogue,knobs,multiple",
     [
-        (4, (8, 12), "relu", {}),
-        (2, (6, 6), "residual", {}),
-        (4, (7, 9), "none", {}),
-        (2, (5, 7), "relu", {"tile_oc": 1, "tile_t": 1}),
-        (4, (8, 12), "relu", {"tile_order": "t_oc"}),
-        (2, (6, 6), "residual", {"tile_order": "oc_t"}),
+        (4, (8, 12), "relu", {}, 1),
+        (2, (6, 6), "residual", {}, 1),
+        (4, (7, 9), "none", {}, 1),
+        (2, (5, 7), "relu", {"tile_oc": 1, "tile_t": 1}, 1),
+        (4, (8, 12), "relu", {"tile_order": "t_oc"}, 1),
+        (2, (6, 6), "residual", {"tile_order": "oc_t"}, 1),
+        (2, (14, 14), "residual", {}, 6),  # 49 tiles held as 54: the 2 x 6 tile
+        (4, (7, 9), "relu", {}, 6),  # 6 tiles, none extra
+        (4, (9, 9), "none", {"tile_oc": 1, "tile_t": 3}, 6),  # 9 tiles held as 12
     ],
 )
-def test_template_matches_the_compute(m, hw, epilogue, knobs):
+def test_template_matches_the_compute(m, hw, epilogue, knobs, multiple):
     """The scheduled kernel (real C, cores=2 so the parallel loops are generated) gives
     what the numpy interpretation of the same computes gives."""
-    args, out, anchor = _group(16, 16, hw, m, epilogue)
+    args, out, anchor = _group(16, 16, hw, m, epilogue, multiple)
     sch = schedule_for([out], anchor, CpuTarget(vector_bits=256, cores=2), knobs)
     rng = np.random.default_rng(1)
     ins = [rng.standard_normal(a.shape).astype(np.float32) for a in args]
@@ -153,3 +169,111 @@ def test_output_transform_works_one_tile_at_a_time(m, hw):
     }
     assert sizes["conv_winograd"] == m * m * BLOCK
     assert sizes["winograd_z"] == (m + 2) * m * BLOCK
+
+
+@pytest.mark.parametrize(
+    "bits,arch,multiple,hw,want",
+    [
+        # 16 registers: 49 tiles held as 54, 2 blocks x 6 tiles, tiles outside blocks
+        (256, "x86_64", 6, (14, 14), (54, 2, 6, "t_oc")),
+        (256, "x86_64", 6, (12, 12), (36, 2, 6, "t_oc")),  # 36 tiles: a multiple already
+        (256, "x86_64", 1, (14, 14), (49, 2, 7, "t_oc")),  # without the attribute: as before
+        (512, "x86_64", 1, (14, 14), (49, 2, 7, "oc_t")),  # 32 registers: as before
+        (128, "aarch64", 1, (14, 14), (49, 2, 7, "oc_t")),
+    ],
+)
+def test_tiles_held_and_the_products_tile(bits, arch, multiple, hw, want):
+    """With the count of tiles a multiple of 6 (the op's tile_multiple, which
+    test_tile_multiple_by_target gives) and 16 vector registers, the products' default
+    register tile is 2 output blocks x 6 tiles: 12 accumulators, 2 weight vectors, 1
+    broadcast."""
+    from packager.ops.knobs import Config
+    from packager.ops.registry import ScheduleContext
+
+    target = CpuTarget(arch=arch, vector_bits=bits, cores=2)
+    args, out, (op, attrs, conv) = _group(16, 64, hw, 2, "relu", multiple)
+    cfg = Config()
+    get_op(op).schedules["cpu"](ScheduleContext([out], conv, attrs, cfg, target))
+    (prod,) = [t for t in _stages(out) if t.op.name == "winograd_m"]
+    knobs = cfg.as_dict()
+    assert (prod.shape[3], knobs["tile_oc"], knobs["tile_t"], knobs["tile_order"]) == want
+
+
+def test_tile_multiple_by_target():
+    from packager.ops.winograd_schedule import tile_multiple
+
+    assert tile_multiple(CpuTarget(vector_bits=256)) == 6  # AVX2
+    assert tile_multiple(CpuTarget(arch="armv7", vector_bits=128)) == 6  # NEON, 16 registers
+    assert tile_multiple(CpuTarget(vector_bits=512)) == 1
+    assert tile_multiple(CpuTarget(arch="aarch64", vector_bits=128)) == 1
+
+
+def _stages(out: te.Tensor) -> list[te.Tensor]:
+    seen, stack, found = set(), [out], []
+    while stack:
+        t = stack.pop()
+        if id(t.op) in seen or not isinstance(t.op, te.ComputeOp):
+            continue
+        seen.add(id(t.op))
+        found.append(t)
+        stack.extend(t.op.input_tensors)
+    return found
+
+
+def _innermost_fma_loop(asm: str, function: str) -> list[str]:
+    """The instructions of the shortest loop with vector FMAs in ``function`` (objdump
+    -d text): from a backward jump's target to the jump."""
+    body = asm[asm.index(f"<{function}>:") :]
+    following = re.search(r"\n[0-9a-f]+ <\w+>:", body)
+    body = body[: following.start()] if following else body
+    rows = []
+    for line in body.splitlines()[1:]:
+        addr, _, text = line.partition(":")
+        if text.strip():
+            rows.append((int(addr, 16), text.strip()))
+    loops = []
+    for k, (_, text) in enumerate(rows):
+        m = re.match(r"j\w+\s+([0-9a-f]+)\s", text)
+        if m and int(m.group(1), 16) <= rows[k][0]:
+            start = next(i for i, (a, _) in enumerate(rows) if a == int(m.group(1), 16))
+            loop = [t for _, t in rows[start : k + 1]]
+            if any(t.startswith("vfmadd") for t in loop):
+                loops.append(loop)
+    return min(loops, key=len)
+
+
+def test_products_hot_loop_keeps_its_tile_in_registers(tmp_path):
+    """At 256 bits (AVX2's 16 registers) the products' hot loop is the 2 x 6 tile: 12
+    FMAs a step, the 2 weight vectors loaded once and 6 broadcasts, no accumulator on the
+    stack (the 2 x 7 tile of 49 tiles reloaded a weight vector for every FMA and kept an
+    accumulator on the stack)."""
+    if not (shutil.which("gcc") and shutil.which("objdump")):
+        pytest.skip("gcc or objdump not installed")
+    args, out, anchor = _group(128, 128, (14, 14), 2, "relu", 6)
+    sch = schedule_for([out], anchor, CpuTarget(vector_bits=256, cores=2))
+    src, obj = tmp_path / "k.c", tmp_path / "k.o"
+    src.write_text(codegen_c(te.lower(sch, [*args, out], "k_wino")))
+    flags = ["-O3", "-fno-tree-coalesce-vars", "-ffp-contract=fast", "-march=haswell"]
+    subprocess.run(["gcc", *flags, "-I", str(INCLUDE), "-c", str(src), "-o", str(obj)], check=True)
+    asm = subprocess.run(
+        ["objdump", "-d", "--no-show-raw-insn", str(obj)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    products = next(
+        name
+        for name in re.findall(r"<(k_wino_par\d+)>:", asm)
+        if "winograd_m_store" in _function_source(src.read_text(), name)
+    )
+    loop = _innermost_fma_loop(asm, products)
+    assert sum(t.startswith("vfmadd") for t in loop) == 12, loop
+    assert not [t for t in loop if "rsp" in t], loop
+    assert sum(bool(re.match(r"vmov\w+\s+\S*\(", t)) for t in loop) == 2, loop  # weights
+    assert sum(t.startswith("vbroadcastss") for t in loop) == 6, loop
+    assert not [t for t in loop if re.match(r"vfmadd\w+\s+\S*\(", t)], loop  # no reloads
+
+
+def _function_source(c: str, name: str) -> str:
+    start = c.index(f"static void {name}(")
+    return c[start : c.index("\n}\n", start)]

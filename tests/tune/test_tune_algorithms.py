@@ -28,6 +28,19 @@ def test_every_form_of_a_conv_is_a_task(conv_onnx):
     assert tiles == [0, 2, 4]
 
 
+@pytest.mark.parametrize("bits,multiple", [(256, 6), (512, 1)])
+def test_winograd_tasks_are_the_kernels_the_build_makes(conv_onnx, bits, multiple):
+    """The tuner's Winograd forms carry the tile_multiple a build for the board gives
+    them (16 vector registers: 6), so their records' keys are those of the build's
+    kernels."""
+    import dataclasses
+
+    board = dataclasses.replace(load_board("host"), vector_bits=bits)
+    tasks = model_tasks(str(conv_onnx), board)
+    wino = [t.node.attrs["nodes"][0]["attrs"] for t in tasks if t.template == TEMPLATES[1]]
+    assert [a.get("tile_multiple", 1) for a in wino] == [multiple, multiple]
+
+
 @pytest.mark.parametrize(
     "algorithms,want",
     [
