@@ -261,11 +261,11 @@ def test_products_hot_loop_keeps_its_tile_in_registers(tmp_path):
         text=True,
         check=True,
     ).stdout
-    products = next(
+    (products,) = [  # the parallel loop that reads V and stores M
         name
         for name in re.findall(r"<(k_wino_par\d+)>:", asm)
-        if "winograd_m_store" in _function_source(src.read_text(), name)
-    )
+        if {"winograd_v", "winograd_m_store"} <= set(_function_source(src.read_text(), name))
+    ]
     loop = _innermost_fma_loop(asm, products)
     assert sum(t.startswith("vfmadd") for t in loop) == 12, loop
     assert not [t for t in loop if "rsp" in t], loop
@@ -274,6 +274,7 @@ def test_products_hot_loop_keeps_its_tile_in_registers(tmp_path):
     assert not [t for t in loop if re.match(r"vfmadd\w+\s+\S*\(", t)], loop  # no reloads
 
 
-def _function_source(c: str, name: str) -> str:
+def _function_source(c: str, name: str) -> list[str]:
+    """The identifiers of C function ``name`` in source ``c``."""
     start = c.index(f"static void {name}(")
-    return c[start : c.index("\n}\n", start)]
+    return re.findall(r"\w+", c[start : c.index("\n}\n", start)])
