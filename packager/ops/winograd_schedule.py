@@ -115,8 +115,9 @@ def _products(sch: Schedule, stages, cfg, par: bool, target) -> None:
     prod = sch[stages["winograd_m"]]
     e1, e2, o, t, oi = store.op.axis
     out_blocks, ntiles = o.extent, t.extent
-    if vector_registers(target) <= 16 and ntiles % FEW_REGS_TILES == 0 and out_blocks % 2 == 0:
-        oc_def, t_def = 2, FEW_REGS_TILES
+    few = tile_multiple(target)
+    if few > 1 and ntiles % few == 0 and out_blocks % 2 == 0:
+        oc_def, t_def = 2, few
     else:
         oc_def, t_def = default_tile(out_blocks, ntiles, acc_budget(target))
     oc_tile = cfg.define_split("tile_oc", out_blocks, oc_def, most=MAX_OC_TILE)

@@ -187,6 +187,7 @@ def test_tiles_held_and_the_products_tile(bits, arch, multiple, hw, want):
     test_tile_multiple_by_target gives) and 16 vector registers, the products' default
     register tile is 2 output blocks x 6 tiles: 12 accumulators, 2 weight vectors, 1
     broadcast."""
+    from packager.ops._cpu import find_tagged
     from packager.ops.knobs import Config
     from packager.ops.registry import ScheduleContext
 
@@ -194,7 +195,7 @@ def test_tiles_held_and_the_products_tile(bits, arch, multiple, hw, want):
     args, out, (op, attrs, conv) = _group(16, 64, hw, 2, "relu", multiple)
     cfg = Config()
     get_op(op).schedules["cpu"](ScheduleContext([out], conv, attrs, cfg, target))
-    (prod,) = [t for t in _stages(out) if t.op.name == "winograd_m"]
+    prod = find_tagged(out, "winograd_product")
     knobs = cfg.as_dict()
     assert (prod.shape[3], knobs["tile_oc"], knobs["tile_t"], knobs["tile_order"]) == want
 
@@ -206,18 +207,6 @@ def test_tile_multiple_by_target():
     assert tile_multiple(CpuTarget(arch="armv7", vector_bits=128)) == 6  # NEON, 16 registers
     assert tile_multiple(CpuTarget(vector_bits=512)) == 1
     assert tile_multiple(CpuTarget(arch="aarch64", vector_bits=128)) == 1
-
-
-def _stages(out: te.Tensor) -> list[te.Tensor]:
-    seen, stack, found = set(), [out], []
-    while stack:
-        t = stack.pop()
-        if id(t.op) in seen or not isinstance(t.op, te.ComputeOp):
-            continue
-        seen.add(id(t.op))
-        found.append(t)
-        stack.extend(t.op.input_tensors)
-    return found
 
 
 def _innermost_fma_loop(asm: str, function: str) -> list[str]:
