@@ -11,11 +11,10 @@ import json
 import os
 import signal
 import sys
-import threading
 import traceback
 from pathlib import Path
 
-from . import __version__
+from . import __version__, interrupts
 from .cli_args import (
     BOARD_HELP,
     Console,
@@ -504,24 +503,11 @@ def add_quantize_parser(sub) -> None:
     q.set_defaults(fn=cmd_quantize)
 
 
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM, unwinding like Ctrl-C through every cleanup on the way out."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _raise_interrupted(signum, frame):
-    raise Interrupted(signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    old = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main_thread else None
     try:
-        return args.fn(args)
+        with interrupts.handled():
+            return args.fn(args)
     except PackagerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -536,9 +522,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    finally:
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, old)
 
 
 if __name__ == "__main__":

@@ -330,7 +330,7 @@ def test_signals_held_waits_when_another_thread_takes_the_signal(sig, sigint_def
     and the build left `.OUT.tmp-*` behind."""
     import threading
 
-    from packager.cli import _raise_interrupted
+    from packager.interrupts import raise_interrupted as _raise_interrupted
     from packager.safe_paths import signals_held
 
     before = signal.getsignal(signal.SIGTERM)

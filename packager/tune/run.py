@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .. import resources
+from .. import interrupts, resources
 from ..boards import Board
 from ..frontend.importer import load_model
 from ..package import prepare_graph
@@ -93,6 +93,7 @@ def recheck_forms(tasks: list[Task], measurer, log: TuningLog, progress) -> None
     records = log.records()
     for forms in groups.values():
         for t in forms:
+            interrupts.check()
             mine = [r for r in records if r["task"]["key"] == t.key and cost(r) < float("inf")]
             if not mine:
                 continue

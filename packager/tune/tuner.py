@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import interrupts
 from .features import features, knob_features
 from .log import TuningLog, cost, make_record, record_family
 from .measure import Measurer
@@ -169,6 +170,7 @@ def tune_task(task: Task, measurer: Measurer, log: TuningLog, opts: Options, pro
     max_errors = opts.trials if opts.max_errors is None else opts.max_errors
     history = _history(state)
     while not (why := _why_stop(state, history, opts, max_errors)):
+        interrupts.check()  # a Ctrl-C that a finalizer (xgboost's DMatrix) swallowed
         n = min(opts.batch, opts.trials - state.valid, max_errors - state.errors)
         batch = _propose(state, model, opts, rng, min(n, space.size - len(state.costs)))
         if not batch:
