@@ -19,6 +19,7 @@ from .frontend.importer import freeze_inputs, import_onnx, load_model
 from .graph import conv_algorithms
 from .graph.ir import Graph
 from .graph.memory import MemoryPlan, plan_memory
+from .graph.passes.pixel_tiles import tile_pixels
 from .graph.passes.place_accel import placement, placement_line
 from .graph.pipeline import PassContext, optimize
 from .lowering import Kernel, lower_graph
@@ -106,8 +107,10 @@ def compile_model(
     chosen = conv_algorithms.choose(graph, pick, budget, gain, tile_multiple(target))
     if chosen.nodes != graph.nodes:  # new filters: the params' storage is re-planned
         graph, plan = chosen, plan_memory(chosen)
-    extra = sum(v.nbytes for v in graph.consts()) - weights
     has_accel = board is not None and board.accel is not None
+    if gpu is None and not has_accel:  # attributes only: the plan stands
+        graph = tile_pixels(graph, target)
+    extra = sum(v.nbytes for v in graph.consts()) - weights
     accel = AccelTarget.of(board) if has_accel else None
     placed = placement(graph) if has_accel else None
     kernels, funcs = lower_graph(

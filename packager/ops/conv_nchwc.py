@@ -7,7 +7,11 @@ Inputs:
           packed[ob, cb, kh, kw, ci, oi] = w[ob*y + oi, cb*xw + ci, kh, kw]
   bias    optional, (OC/y, y)
 Output (N, OC/y, OH, OW, y). attrs: strides, dilations, pads (begins, then ends),
-groups.
+groups; pixel_multiple (optional, an ungrouped unpadded 1x1 stride-1 conv on a blocked
+input only): the conv is computed over its H x W pixels as one axis (contiguous in the
+blocked layout), as many as the pixel count rounded up to that multiple (the extra ones
+repeat the last pixel), and the output reads back the real ones. A schedule can then
+tile pixels regardless of the row width (ops/conv_pixels_schedule.py).
 
 Groups: every group must start on a block boundary (Cg % xw == 0 and OC/groups % y
 == 0), so a group's inputs are whole blocks; depthwise convs (one input and one output
@@ -133,6 +137,10 @@ def conv2d_nchwc(inputs, attrs):
         axes = [a for a in (rcb, *rk, rci) if a is not None]
         return te.sum(_load(xp, n, cb, ci, ih, iw) * w[(ob, wcb, *rk, wci, oi)], axes, where)
 
+    multiple = int(attrs.get("pixel_multiple", 1))
+    if multiple > 1:
+        _check_pixels(sh, kernel, strides, before + after, multiple)
+        return [_bias(_pixels_conv(x, w, multiple), inputs)]
     out = te.compute(
         [x.shape[0], w.shape[0], *spatial, sh.y],
         f,
@@ -146,3 +154,52 @@ def conv2d_nchwc(inputs, attrs):
         },
     )
     return [_bias(out, inputs)]
+
+
+def _check_pixels(sh: _Shapes, kernel, strides, pads, multiple: int) -> None:
+    if not (
+        tuple(kernel) == (1, 1)
+        and list(strides) == [1, 1]
+        and not any(pads)
+        and sh.groups == 1
+        and not sh.spanned
+        and sh.x_block > 1
+    ):
+        raise ValueError(
+            f"conv2d_nchwc: pixel_multiple {multiple} needs an ungrouped unpadded 1x1 "
+            f"stride-1 conv on blocked data (kernel {list(kernel)}, strides {strides}, pads {pads})"
+        )
+
+
+def _pixels_conv(x: te.Tensor, w: te.Tensor, multiple: int) -> te.Tensor:
+    """A 1x1 conv over its pixels as one axis rounded up to ``multiple`` (the conv
+    stage, tagged ``conv``), and the output in rows and columns reading it."""
+    n_, _, h, wd, _ = x.shape
+    pixels = h * wd
+    held = -(-pixels // multiple) * multiple
+    rcb = te.reduce_axis(w.shape[1], "rcb")
+    rci = te.reduce_axis(w.shape[4], "rci")
+
+    def f(n, ob, p, oi):
+        q = te.min_(p, pixels - 1)  # the pixels past the last repeat it
+        return te.sum(x[(n, rcb, q // wd, q % wd, rci)] * w[(ob, rcb, 0, 0, rci, oi)], [rcb, rci])
+
+    flat = te.compute(
+        [n_, w.shape[0], held, w.shape[5]],
+        f,
+        name="conv_nchwc",
+        tag="conv",
+        attrs={
+            "groups": 1,
+            "strides": [1, 1],
+            "dilations": [1, 1],
+            "spanned": False,
+            "pixel_multiple": multiple,
+        },
+    )
+    return te.compute(
+        [n_, w.shape[0], h, wd, w.shape[5]],
+        lambda n, ob, oh, ow, oi: flat[(n, ob, oh * wd + ow, oi)],
+        name="conv_nchwc_rows",
+        tag="conv_rows",
+    )

@@ -21,7 +21,10 @@ first:
 The pad stage is computed at root into a temporary ("pad"), so the hot loop has no bounds
 checks. Depthwise and 1x1 convs use the same nest (depthwise has no rcb/rci; 1x1 has no
 kh/kw: a packed GEMM over the channel blocks). Every knob's default gives the nest this
-template had before the knob existed (tests/ops/test_conv_schedule_knobs.py pins it).
+template had before the knob existed (tests/ops/test_conv_schedule_knobs.py pins it). A
+1x1 conv computed over its pixels as one axis (the op's ``pixel_multiple``, which
+graph/passes/pixel_tiles.py gives 16-register targets) takes the nest of
+conv_pixels_schedule.py instead.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from .. import te
 from ..te.schedule import Schedule, create_schedule, default_schedule
 from . import conv_nchwc  # noqa: F401  (registers the op this module schedules)
 from ._cpu import find_tagged, inline_around_pad, padded_copy_at_root, vector_registers
+from .conv_pixels_schedule import schedule_pixels_cpu
 from .dwconv_schedule import is_depthwise, schedule_depthwise_cpu
 from .registry import ScheduleContext, register_schedule
 
@@ -191,6 +195,8 @@ def default_tile(out_blocks: int, out_width: int, budget: int = ACC_REGS) -> tup
 def schedule_conv2d_nchwc_cpu(ctx: ScheduleContext) -> Schedule:
     conv = find_tagged(ctx.anchor, "conv")
     out = ctx.outs[0]
+    if conv is not None and "pixel_multiple" in conv.op.attrs and len(ctx.outs) == 1:
+        return schedule_pixels_cpu(ctx, conv)
     if conv is None or len(ctx.outs) != 1 or tuple(out.shape) != tuple(conv.shape):
         return default_schedule(ctx.outs)  # an epilogue that changes shape: no tile to share
     if is_depthwise(conv):

@@ -83,7 +83,7 @@ def index_intervals(exprs, tensor: Tensor, ranging: dict, simp: Simplifier) -> l
         if load.tensor is not tensor:
             continue
         for d, idx in enumerate(load.indices):
-            iv = ev(idx)
+            iv = ev(simp(idx))
             iv = None if iv is None else (simp(iv[0]), simp(iv[1]))
             dims[d] = iv if not found[d] else _union(dims[d], iv, simp)
             found[d] = True

@@ -23,6 +23,7 @@ from .. import te
 from ..boards import Board
 from ..graph.conv_algorithms import DIRECT, variants
 from ..graph.ir import Graph, Node
+from ..graph.passes.pixel_tiles import tile_pixels
 from ..lowering import (
     ACCEL_OPS,
     gpu_obstacle,
@@ -182,10 +183,14 @@ def extract_tasks(
     with an accelerator its accelerator ops are tasks of the accel target; on a board with
     a GPU convolutions are direct (as the build makes them there)."""
     targets = targets_of(board)
-    if any(t.family == "opencl" for t in targets):
+    gpu = any(t.family == "opencl" for t in targets)
+    if gpu:
         algorithms = (DIRECT,)
     tasks: dict[str, Task] = {}
-    multiple = tile_multiple(next(t for t in targets if t.family == "cpu"))
+    cpu = next(t for t in targets if t.family == "cpu")
+    multiple = tile_multiple(cpu)
+    if not gpu and board.accel is None:  # as the build does: CPU kernels only
+        graph = tile_pixels(graph, cpu)
     direct: dict[str, Task] = {}  # each conv's direct form, tuned or not, by its key
     inplace = inplace or {}
     for k, node in enumerate(graph.nodes):

@@ -4,15 +4,12 @@ epilogues, shapes whose output is not a multiple of the tile), against a direct 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
 from packager import te
 from packager.codegen import build_kernel, codegen_c
-from packager.codegen.build import INCLUDE
 from packager.graph.passes.layout_pack import from_blocked, to_blocked
 from packager.lowering import schedule_for
 from packager.ops.conv_winograd import TILES, matrices, transform_weight
@@ -20,7 +17,7 @@ from packager.ops.registry import get_op
 from packager.target import CpuTarget
 from packager.te.evaluator import evaluate
 
-from .harness import run_op_numpy
+from .harness import conv_group, haswell_asm, innermost_fma_loop, run_op_numpy
 
 BLOCK = 8
 
@@ -93,22 +90,8 @@ def _group(c, oc, hw, m, epilogue, multiple=1):
     """conv (+ bias + relu, + residual add) on placeholders, like a fused group."""
     data = te.placeholder((1, c // BLOCK, *hw, BLOCK), "float32", "in0")
     weight = te.placeholder((m + 2, m + 2, oc // BLOCK, c, BLOCK), "float32", "in1")
-    args = [data, weight]
     attrs = {"pads": [1] * 4, "tile": m, "tile_multiple": multiple}
-    if epilogue == "none":
-        out = get_op("conv2d_winograd_nchwc").compute(args, attrs)[0]
-        return args, out, ("conv2d_winograd_nchwc", attrs, out)
-    bias = te.placeholder((oc // BLOCK, BLOCK), "float32", "in2")
-    args.append(bias)
-    conv = get_op("conv2d_winograd_nchwc").compute(args, attrs)[0]
-    zero = te.const(0.0, "float32")
-    out = te.compute(conv.shape, lambda *i: te.max_(conv[i], zero), name="relu")
-    if epilogue == "residual":
-        res = te.placeholder(out.shape, "float32", "in3")
-        args.append(res)
-        prev = out
-        out = te.compute(out.shape, lambda *i: prev[i] + res[i], name="add")
-    return args, out, ("conv2d_winograd_nchwc", attrs, conv)
+    return conv_group("conv2d_winograd_nchwc", [data, weight], attrs, oc // BLOCK, epilogue)
 
 
 @pytest.mark.parametrize(
@@ -209,53 +192,21 @@ def test_tile_multiple_by_target():
     assert tile_multiple(CpuTarget(arch="aarch64", vector_bits=128)) == 1
 
 
-def _innermost_fma_loop(asm: str, function: str) -> list[str]:
-    """The instructions of the shortest loop with vector FMAs in ``function`` (objdump
-    -d text): from a backward jump's target to the jump."""
-    body = asm[asm.index(f"<{function}>:") :]
-    following = re.search(r"\n[0-9a-f]+ <\w+>:", body)
-    body = body[: following.start()] if following else body
-    rows = []
-    for line in body.splitlines()[1:]:
-        addr, _, text = line.partition(":")
-        if text.strip():
-            rows.append((int(addr, 16), text.strip()))
-    loops = []
-    for k, (_, text) in enumerate(rows):
-        m = re.match(r"j\w+\s+([0-9a-f]+)\s", text)
-        if m and int(m.group(1), 16) <= rows[k][0]:
-            start = next(i for i, (a, _) in enumerate(rows) if a == int(m.group(1), 16))
-            loop = [t for _, t in rows[start : k + 1]]
-            if any(t.startswith("vfmadd") for t in loop):
-                loops.append(loop)
-    return min(loops, key=len)
-
-
 def test_products_hot_loop_keeps_its_tile_in_registers(tmp_path):
     """At 256 bits (AVX2's 16 registers) the products' hot loop is the 2 x 6 tile: 12
     FMAs a step, the 2 weight vectors loaded once and 6 broadcasts, no accumulator on the
     stack (the 2 x 7 tile of 49 tiles reloaded a weight vector for every FMA and kept an
     accumulator on the stack)."""
-    if not (shutil.which("gcc") and shutil.which("objdump")):
-        pytest.skip("gcc or objdump not installed")
     args, out, anchor = _group(128, 128, (14, 14), 2, "relu", 6)
     sch = schedule_for([out], anchor, CpuTarget(vector_bits=256, cores=2))
-    src, obj = tmp_path / "k.c", tmp_path / "k.o"
-    src.write_text(codegen_c(te.lower(sch, [*args, out], "k_wino")))
-    flags = ["-O3", "-fno-tree-coalesce-vars", "-ffp-contract=fast", "-march=haswell"]
-    subprocess.run(["gcc", *flags, "-I", str(INCLUDE), "-c", str(src), "-o", str(obj)], check=True)
-    asm = subprocess.run(
-        ["objdump", "-d", "--no-show-raw-insn", str(obj)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    source = codegen_c(te.lower(sch, [*args, out], "k_wino"))
+    asm = haswell_asm(source, tmp_path)
     (products,) = [  # the parallel loop that reads V and stores M
         name
         for name in re.findall(r"<(k_wino_par\d+)>:", asm)
-        if {"winograd_v", "winograd_m_store"} <= set(_function_source(src.read_text(), name))
+        if {"winograd_v", "winograd_m_store"} <= set(_function_source(source, name))
     ]
-    loop = _innermost_fma_loop(asm, products)
+    loop = innermost_fma_loop(asm, products)
     assert sum(t.startswith("vfmadd") for t in loop) == 12, loop
     assert not [t for t in loop if "rsp" in t], loop
     assert sum(bool(re.match(r"vmov\w+\s+\S*\(", t)) for t in loop) == 2, loop  # weights

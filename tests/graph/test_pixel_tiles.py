@@ -1,0 +1,90 @@
+"""Which convs a build gives pixel tiles (graph/passes/pixel_tiles.py), the tuner's tasks
+carrying the same attribute, and a network built so against ONNX Runtime."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import networks
+import numpy as np
+import onnx
+import pytest
+
+from packager.boards import load_board
+from packager.graph.passes.pixel_tiles import tile_pixels
+from packager.package import compile_model, prepare_graph
+from packager.target import CpuTarget
+from packager.tune.run import model_tasks
+
+from ..helpers import ort_outputs, run_model
+
+HOST256 = dataclasses.replace(load_board("host"), vector_bits=256)
+
+
+def _convs(graph) -> list[dict]:
+    """Every conv2d_nchwc node dict, fused groups' inner ones too."""
+    out = []
+    for n in graph.nodes:
+        if n.op == "conv2d_nchwc":
+            out.append({"attrs": n.attrs, "inputs": n.inputs})
+        out += [i for i in n.attrs.get("nodes", []) if i["op"] == "conv2d_nchwc"]
+    return out
+
+
+def _kind(conv: dict, graph) -> str:
+    w = graph.values[conv["inputs"][1]]
+    a = conv["attrs"]
+    if tuple(w.shape[2:4]) != (1, 1) or int(a.get("groups", 1)) > 1:
+        return "window"
+    if list(a.get("strides") or [1, 1]) != [1, 1]:
+        return "strided"
+    return "odd" if w.shape[0] % 2 else "even"
+
+
+def test_the_pass_marks_the_even_1x1_convs_only():
+    """MobileNetV2-style at 256 bits: each unstrided 1x1 conv with an even count of output
+    blocks gets pixel_multiple 6; the 3x3, depthwise and strided convs and those of 3
+    blocks keep their row tiles. Only attributes change."""
+    graph, _ = prepare_graph(networks.mobilenet_v2(), HOST256)
+    tiled = tile_pixels(graph, CpuTarget(vector_bits=256))
+    kinds = [_kind(c, graph) for c in _convs(graph)]
+    got = [c["attrs"].get("pixel_multiple") for c in _convs(tiled)]
+    assert {"even", "odd", "window"} <= set(kinds)
+    assert [m for m, k in zip(got, kinds, strict=True) if k == "even"] == [6] * kinds.count("even")
+    assert {m for m, k in zip(got, kinds, strict=True) if k != "even"} == {None}
+    assert tiled.values is graph.values
+    assert [n.inputs for n in tiled.nodes] == [n.inputs for n in graph.nodes]
+    assert tile_pixels(graph, CpuTarget(vector_bits=512)) is graph
+
+
+@pytest.mark.parametrize("bits,multiple", [(256, 6), (512, None)])
+def test_a_build_tiles_pixels_for_its_target_and_matches_onnxruntime(bits, multiple):
+    model = networks.mobilenet_v2()
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 3, 96, 96)).astype(np.float32)
+    board = dataclasses.replace(HOST256, vector_bits=bits)
+    compiled = compile_model(model, board=board)
+    marks = {c["attrs"].get("pixel_multiple") for c in _convs(compiled.graph)}
+    assert multiple in marks and (multiple is None or len(marks) == 2)
+    (want,) = ort_outputs(model, {"input": x})
+    (got,) = run_model(model, {"input": x}, board=board)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("bits,multiple", [(256, 6), (512, None)])
+def test_tuning_tasks_are_the_kernels_the_build_makes(tmp_path, bits, multiple):
+    """The tuner's 1x1 conv tasks carry the attribute a build for the board gives them,
+    so their records' keys are those of the build's kernels."""
+    path = tmp_path / "m.onnx"
+    onnx.save(networks.mobilenet_v2(), path)
+    board = dataclasses.replace(HOST256, vector_bits=bits)
+    tasks = model_tasks(str(path), board)
+    marks = [c["attrs"].get("pixel_multiple") for t in tasks for c in _convs_of(t.node)]
+    assert multiple in marks
+    if multiple is None:
+        assert set(marks) == {None}
+
+
+def _convs_of(node) -> list[dict]:
+    if node.op == "conv2d_nchwc":
+        return [{"attrs": node.attrs}]
+    return [i for i in node.attrs.get("nodes", []) if i["op"] == "conv2d_nchwc"]
