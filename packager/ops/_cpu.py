@@ -1,4 +1,4 @@
-"""Shared pieces of the cpu schedule templates (matmul, pool, reduce, softmax)."""
+"""Shared pieces of the cpu schedule templates (conv, matmul, pool, reduce, softmax)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,25 @@ from .. import te
 from ..te.expr import Call, Select, walk
 from ..te.schedule import PARALLEL_MIN_ELEMS, default_schedule, parallel_outer, vector_lanes
 from .registry import ScheduleContext
+
+# What the conv templates assume where a target does not give its cache sizes.
+DEFAULT_L1_BYTES = 32 << 10
+DEFAULT_L2_BYTES = 512 << 10
+# Multiply-adds one straight-line body of a conv tile may hold (register tile x unrolled
+# reduction steps): longer ones miss the instruction cache and take the compiler seconds.
+MAX_UNROLLED = 128
+# A 1x1 conv's row tile walks its rows outside its output blocks where its input is more
+# than OUTER_INPUT_L2 times the L2 and would be read OUTER_MIN_PASSES times or more
+# (conv_schedule.default_outer_order has the measurements).
+OUTER_INPUT_L2 = 2
+OUTER_MIN_PASSES = 4
+
+
+def input_outgrows_l2(input_bytes: int, target, passes: int) -> bool:
+    """Whether a 1x1 conv reading ``input_bytes`` ``passes`` times (once per tile of
+    output blocks) would stream it from beyond the L2 each time."""
+    l2 = target.l2_bytes or DEFAULT_L2_BYTES
+    return passes >= OUTER_MIN_PASSES and input_bytes > OUTER_INPUT_L2 * l2
 
 
 def vector_registers(target) -> int:

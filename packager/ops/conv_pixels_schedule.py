@@ -23,15 +23,22 @@ Blocks outside the pixel tiles (``oc_p``): a pair's weights stay in L1 over its 
 tiles while the input streams past; ``pixel_multiple`` leaves the convs where they do not
 fit, or where the row tile would take its rows outside, to the row tile. Measured on a
 Zen 3 (AVX2, 1 thread, untuned, ``python bench/ab_bundles.py`` in both orders, the
-changed kernels' time against the others'): ResNet-50 0.87 and 0.89, torchvision
-MobileNetV2 0.95 and 0.92, DenseNet-121 0.86 and 0.96, Inception v1 0.94 and 0.88.
+changed kernels' time over the others', new / old): ResNet-50 0.74 and 0.79,
+torchvision MobileNetV2 0.83 and 0.85, DenseNet-121 0.72 and 0.86, Inception v1 0.67
+and 0.68 (one lane a step instead of all 8: 0.87-0.95).
 """
 
 from __future__ import annotations
 
 from .. import te
 from ..te.schedule import Schedule, create_schedule
-from ._cpu import inline_around_pad, vector_registers
+from ._cpu import (
+    DEFAULT_L1_BYTES,
+    MAX_UNROLLED,
+    inline_around_pad,
+    input_outgrows_l2,
+    vector_registers,
+)
 from .registry import ScheduleContext
 
 PIXEL_MULTIPLE = 6
@@ -48,20 +55,17 @@ def pixel_multiple(target, out_blocks: int, reduce_bytes: int, input_bytes: int)
     - a pair's weights fit the L1, where the tile's blocks go over its pixel tiles one
       after the other. Tile by tile on a Zen 3 (32 KiB L1), convs reducing 960 to 2048
       channels ran 1.02-1.07x the row tile's time, those of 512 and fewer 0.72-0.95x;
-    - the row-wise tile would not walk its rows outside its blocks
-      (conv_schedule.default_outer_order: an input over twice the L2 read 4 or more
-      times). There the row tile keeps a row's input in cache over all its blocks; pixel
-      tiles in that order read a pair's weights from L2 for 6 pixels where a row tile
-      reads a block's for 14, and ResNet-50's 256 -> 64 conv at 56x56 ran 1.47x the row
-      tile's time."""
-    from .conv_schedule import DEFAULT_L1_BYTES, DEFAULT_L2_BYTES, OUTER_INPUT_L2, OUTER_MIN_PASSES
-
+    - the row-wise tile would not walk its rows outside its blocks (an input over twice
+      the L2 read 4 or more times: _cpu.input_outgrows_l2, the rule of
+      conv_schedule.default_outer_order). There the row tile keeps a row's input in
+      cache over all its blocks; pixel tiles in that order read a pair's weights from L2
+      for 6 pixels where a row tile reads a block's for 14, and ResNet-50's 256 -> 64
+      conv at 56x56 ran 1.47x the row tile's time."""
     if vector_registers(target) > 16 or out_blocks % PIXEL_BLOCKS:
         return 1
     if PIXEL_BLOCKS * reduce_bytes > (target.l1d_bytes or DEFAULT_L1_BYTES):
         return 1
-    big = input_bytes > OUTER_INPUT_L2 * (target.l2_bytes or DEFAULT_L2_BYTES)
-    if big and out_blocks // PIXEL_BLOCKS >= OUTER_MIN_PASSES:
+    if input_outgrows_l2(input_bytes, target, out_blocks // PIXEL_BLOCKS):
         return 1
     return PIXEL_MULTIPLE
 
@@ -71,15 +75,12 @@ def _divisors(n: int) -> list[int]:
 
 
 def schedule_pixels_cpu(ctx: ScheduleContext, conv: te.Tensor) -> Schedule:
-    from .conv_schedule import MAX_UNROLLED
-
     cfg = ctx.cfg
     out = ctx.outs[0]
     _, out_blocks, _, block = conv.shape
     multiple = conv.op.attrs["pixel_multiple"]
-    oc = cfg.define(
-        "tile_oc", [d for d in _divisors(out_blocks) if d <= 4], min(PIXEL_BLOCKS, out_blocks)
-    )
+    pair = PIXEL_BLOCKS if out_blocks % PIXEL_BLOCKS == 0 else 1
+    oc = cfg.define("tile_oc", [d for d in _divisors(out_blocks) if d <= 4], pair)
     px = cfg.define("tile_p", _divisors(multiple)[::-1], multiple)
     outer = cfg.define("outer_order", ("oc_p", "p_oc"), "oc_p")
     lanes = conv.op.reduce_axis[1].extent

@@ -37,7 +37,16 @@ import numpy as np
 from .. import te
 from ..te.schedule import Schedule, create_schedule, default_schedule
 from . import conv_nchwc  # noqa: F401  (registers the op this module schedules)
-from ._cpu import find_tagged, inline_around_pad, padded_copy_at_root, vector_registers
+from ._cpu import (
+    DEFAULT_L1_BYTES,
+    MAX_UNROLLED,
+    OUTER_MIN_PASSES,
+    find_tagged,
+    inline_around_pad,
+    input_outgrows_l2,
+    padded_copy_at_root,
+    vector_registers,
+)
 from .conv_pixels_schedule import schedule_pixels_cpu
 from .dwconv_schedule import is_depthwise, schedule_depthwise_cpu
 from .registry import ScheduleContext, register_schedule
@@ -87,7 +96,6 @@ POINTWISE_COLUMNS = 8
 # Only where a row has this many column tiles: MobileNetV2's 14- and 7-wide 1x1 convs
 # (1 or 2 tiles a row) ran 0.95-1.06x with the rule, so they keep the general one.
 MIN_COLUMN_TILES = 4
-DEFAULT_L1_BYTES = 32 << 10
 
 
 def pointwise_tile(
@@ -247,14 +255,6 @@ def schedule_conv2d_nchwc_cpu(ctx: ScheduleContext) -> Schedule:
     return sch
 
 
-# A 1x1 conv walks its rows outside its output blocks where its input is more than
-# OUTER_INPUT_L2 times the L2 and would be read OUTER_MIN_PASSES times or more: see
-# default_outer_order.
-OUTER_INPUT_L2 = 2
-OUTER_MIN_PASSES = 4
-DEFAULT_L2_BYTES = 512 << 10
-
-
 def default_outer_order(conv: te.Tensor, target, passes: int) -> str:
     """``oh_oc`` (each row of tiles over all output blocks) for a 1x1 conv whose tiles
     of output blocks would read its input ``passes`` >= OUTER_MIN_PASSES times and
@@ -285,8 +285,7 @@ def default_outer_order(conv: te.Tensor, target, passes: int) -> str:
         return "oh_oc"
     x = conv.op.input_tensors[0]
     size = math.prod(x.shape) * np.dtype(x.dtype).itemsize
-    l2 = target.l2_bytes or DEFAULT_L2_BYTES
-    return "oh_oc" if size > OUTER_INPUT_L2 * l2 else "oc_oh"
+    return "oh_oc" if input_outgrows_l2(size, target, passes) else "oc_oh"
 
 
 def _strided(conv: te.Tensor) -> bool:
@@ -340,7 +339,6 @@ REDUCTION_ORDERS = (
 )
 _AXIS = {"kh": "rk0", "kw": "rk1"}
 MAX_OH_TILE = 2
-MAX_UNROLLED = 128  # register tile x unrolled reduction steps, multiply-adds in a row
 MAX_RCB_SPLIT = 4
 
 

@@ -95,6 +95,20 @@ def test_template_matches_the_compute(hw, epilogue, knobs):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+def test_an_odd_count_of_blocks_takes_one_block_a_tile():
+    """The pass gives pixel_multiple to convs whose blocks pair up only; set by hand on 3
+    blocks, the default tile is 1 block x 6 pixels and the kernel is still right."""
+    args, out, anchor = _group(16, 24, (5, 5), "relu")
+    c = codegen_c(te.lower(schedule_for([out], anchor, AVX2), [*args, out], "k_px"))
+    assert re.findall(r"float conv_nchwc\[(\d+)\];", c) == ["48"]
+    rng = np.random.default_rng(2)
+    ins = [rng.standard_normal(a.shape).astype(np.float32) for a in args]
+    got = np.full(out.shape, np.nan, np.float32)
+    build_kernel(te.lower(schedule_for([out], anchor, AVX2), [*args, out], "k_px"))(*ins, got)
+    (want,) = evaluate([out], dict(zip(args, ins, strict=True)))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 def test_the_tile_is_a_register_buffer_of_one_tile():
     """Bound inference sees through the fused and split pixel loop ((p / W) * W + p % W is
     p): the conv stage's buffer holds one tile, 2 blocks x 6 pixels x 8 lanes, not every
