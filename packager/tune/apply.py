@@ -1,12 +1,14 @@
-"""Build time: the best record of each task, as knobs for its schedule template.
+"""Build time: the chosen record of each task, as knobs for its schedule template.
 
 Logs come from ``--tuning-log FILE``, from ``tuning_logs/<board>/*.jsonl`` shipped with
 the product and from the user's ``~/.local/share/packager/tuning_logs/<board>/*.jsonl``
-(packager/resources.py). A record applies to a kernel when board name, target family and
-kernel key match, it was measured on this target (its ``"target"`` equals the kernel
-target's ``Target.fingerprint()``) and its knobs still form a setting of the template's
-current space (a template that changed since the log was written falls back to defaults,
-and says so).
+(packager/resources.py). Each kernel builds with the config whose confirm rounds (the
+tuner's last measurements of a task, log.choose) have the lowest median; a kernel whose
+records were never confirmed keeps its default schedule. A record applies when board
+name, target family and kernel key match, it was measured on this target (its
+``"target"`` equals the kernel target's ``Target.fingerprint()``) and its knobs still form
+a setting of the template's current space (a template that changed since the log was
+written falls back to defaults, and says so).
 
 A record of another target, or one without a target, is foreign: a schedule fastest on
 another CPU is no evidence for this one. The build says in one line how many it left out;
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from .. import resources
 from ..target import targets_of
-from .log import cost, read_records, record_family
+from .log import choose, cost, read_records, record_family
 from .space import space_of
 from .tasks import Task, template_of
 
@@ -44,17 +46,30 @@ class Tuning:
     def __init__(self, board, files: list[Path], use_foreign: bool = False):
         self.board, self.use_foreign = board, use_foreign
         own = [t.fingerprint() for t in targets_of(board)]
-        # (target family, kernel key) -> best record of this board's targets / of others
-        self.own: dict[tuple[str, str], dict] = {}
-        self.others: dict[tuple[str, str], dict] = {}
+        # (target family, kernel key) -> records of this board's targets / of others
+        found: tuple[dict, dict] = ({}, {})
         for f in files:
             for r in read_records(f):
-                if r["board"]["name"] != board.name or cost(r) == float("inf"):
+                if r["board"]["name"] != board.name:
                     continue
-                best = self.own if r.get("target") in own else self.others
                 key = (record_family(r), r["task"]["key"])
-                if key not in best or cost(r) < cost(best[key]):
-                    best[key] = r
+                found[r.get("target") not in own].setdefault(key, []).append(r)
+        # the record each kernel builds with (log.choose), and the kernels whose records
+        # were never confirmed
+        self.own: dict[tuple[str, str], dict] = {}
+        self.others: dict[tuple[str, str], dict] = {}
+        self.unconfirmed: set[tuple[str, str]] = set()
+        for key, recs in found[0].items():
+            rec = choose(recs)
+            if rec is not None:
+                self.own[key] = rec
+            elif any(cost(r) < float("inf") for r in recs):
+                self.unconfirmed.add(key)
+        for key, recs in found[1].items():  # no evidence here either way: confirmed or not
+            good = [r for r in recs if cost(r) < float("inf")]
+            rec = choose(recs) or (min(good, key=cost) if good else None)
+            if rec is not None:
+                self.others[key] = rec
         self.best = {**self.others, **self.own} if use_foreign else self.own
         self.foreign: list[dict] = []  # the foreign records of this build's kernels
         self.tuned: list[str] = []
@@ -106,6 +121,9 @@ class Tuning:
         rec = self.best.get((family, key))
         if (family, key) not in self.own and (family, key) in self.others:
             self.foreign.append(self.others[(family, key)])
+        if rec is None and (family, key) in self.unconfirmed:
+            self.fallback.append(f"{name}: records not confirmed (tune again to confirm them)")
+            return None
         if rec is None:
             self.fallback.append(f"{name}: no record")
             return None
@@ -133,6 +151,12 @@ class Tuning:
             head = f"{n} of {n} tunable kernels use"
         lines = [f"{head} default schedules: run `{tune_command}` to tune them"]
         lines += [self._foreign_line()] if self.foreign else []
+        waiting = sum("records not confirmed" in f for f in self.fallback)
+        if waiting:
+            lines.append(
+                f"{waiting} of them have records never confirmed (a run older than the "
+                "confirm rounds): tuning again confirms them without a new search"
+            )
         if verbose:
             lines += [f"  default schedule: {f}" for f in self.fallback]
         return lines

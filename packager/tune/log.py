@@ -1,5 +1,10 @@
 """Tuning logs: JSON Lines, one record per measurement, append-only.
 
+A search measures each config once, so its fastest config is partly the one a quiet
+moment favoured. At the end of each task the tuner measures its fastest few and the
+default once more in a few rounds, side by side (``"confirm": true`` in the result), and
+the build takes the config with the lowest median over those rounds (``choose``).
+
 Each record is written whole and flushed (and fsynced) before the next measurement, so
 a killed run leaves only complete lines; a line that still fails to parse (a disk
 filled up mid-write) is skipped with a warning instead of losing the whole log.
@@ -17,6 +22,9 @@ from pathlib import Path
 from ..safe_paths import signals_held
 
 VERSION = 1
+CONFIRM_ROUNDS = 3  # measurements of each confirmed config
+CONFIRM_TOP = 3  # fastest configs of a search confirmed, besides the default
+EXACT_FAMILIES = ("accel",)  # measured by a simulator's cycles: one record is the cost
 ERRORS = ("compile_error", "runtime_error", "timeout", "wrong_answer", "invalid")
 
 
@@ -61,6 +69,48 @@ def cost(record: dict) -> float:
         return float("inf")
     c = sorted(r["costs"])
     return c[len(c) // 2]
+
+
+def confirming(record: dict) -> bool:
+    """Whether the record is one of the confirm rounds' measurements."""
+    return bool(record["result"].get("confirm"))
+
+
+def confirmed(records: list[dict]) -> dict[str, list[dict]]:
+    """The confirm rounds' records of one kernel, by config (its target and knobs)."""
+    runs: dict[str, list[dict]] = {}
+    for r in records:
+        if confirming(r):
+            config = json.dumps([r.get("target"), r["config"]["knobs"]], sort_keys=True)
+            runs.setdefault(config, []).append(r)
+    return runs
+
+
+def median(values: list[float]) -> float:
+    v = sorted(values)
+    return v[len(v) // 2] if v else float("inf")
+
+
+def choose(records: list[dict]) -> dict | None:
+    """The record to build with, of one kernel's records on one board and target family:
+    the config with the lowest median over its confirm rounds (a config that failed in
+    any round is out), as its last record with the rounds' costs as its ``costs`` (so
+    ``cost`` of it is that median). A simulated accelerator's cycles do not vary: there
+    the fastest record. None: no confirmed config (records of a run that predates the
+    confirm rounds; tuning again confirms them without searching anew)."""
+    if records and all(record_family(r) in EXACT_FAMILIES for r in records):
+        good = [r for r in records if cost(r) < float("inf")]
+        return min(good, key=cost) if good else None
+    best, best_cost = None, float("inf")
+    for runs in confirmed(records).values():
+        costs = [cost(r) for r in runs]
+        c = float("inf") if float("inf") in costs else median(costs)
+        if c < best_cost:
+            best, best_cost = runs, c
+    if best is None:
+        return None
+    last = best[-1]
+    return {**last, "result": {**last["result"], "costs": [cost(r) for r in best]}}
 
 
 class TuningLog:

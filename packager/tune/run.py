@@ -72,13 +72,13 @@ def tune_model(
 
 
 def recheck_forms(tasks: list[Task], measurer, log: TuningLog, progress) -> None:
-    """Measure the best config of every form of each conv once more, side by side.
+    """Measure the chosen config of every form of each conv once more, side by side.
 
-    The build runs the form with the fastest record, and forms are tuned minutes apart:
-    a burst of load on the board during one form's tuning would decide the choice.
-    Measured again back to back, each form's best gets a record taken under the same
-    conditions (a record can only lower a form's best cost)."""
-    from .log import cost, make_record
+    The build runs the form whose chosen config (log.choose: the lowest median of its
+    confirm rounds) is fastest, and forms are tuned minutes apart: a burst of load on the
+    board during one form's tuning would decide the choice. Measured again back to back,
+    each form's choice gets one more confirm round taken under the same conditions."""
+    from .log import choose, make_record
     from .space import space_of
 
     groups: dict[str, list[Task]] = {}
@@ -89,22 +89,21 @@ def recheck_forms(tasks: list[Task], measurer, log: TuningLog, progress) -> None
     if not groups:
         return
     n = len(groups)
-    progress.note(f"measuring the best config of each form again ({n} conv{'s' * (n != 1)})")
+    progress.note(f"measuring the chosen config of each form again ({n} conv{'s' * (n != 1)})")
     records = log.records()
     for forms in groups.values():
         for t in forms:
             interrupts.check()
-            mine = [r for r in records if r["task"]["key"] == t.key and cost(r) < float("inf")]
-            if not mine:
-                continue
+            here = t.target.fingerprint()
+            mine = [r for r in records if r["task"]["key"] == t.key and r.get("target") == here]
+            chosen = choose([r for r in mine if r["board"]["name"] == t.board.name])
             space = space_of(t)
-            index = space.index_of(min(mine, key=cost)["config"]["knobs"])
+            index = space.index_of(chosen["config"]["knobs"]) if chosen else None
             if index is None:
                 continue
             (m,) = measurer.measure(t, [(index, space.get(index))])
-            log.append(
-                make_record(t.board, t, m.index, m.knobs, m.costs, m.error, m.device, m.extra)
-            )
+            extra = {**m.extra, "confirm": True}
+            log.append(make_record(t.board, t, m.index, m.knobs, m.costs, m.error, m.device, extra))
 
 
 def summary(results: list[TaskResult]) -> str:

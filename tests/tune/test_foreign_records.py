@@ -16,11 +16,14 @@ OTHER = "Some Other CPU"
 
 
 def _log(conv_onnx, path, target_changes):
-    """A log with one good record of the conv's direct form (not its default config)."""
+    """A log with one good record of the conv's direct form (not its default config), of
+    a confirm round (what the build takes)."""
     task = direct_task(conv_onnx, load_board("host"))
     space = space_of(task)
     index = (space.default_index() + 1) % space.size
-    rec = make_record(task.board, task, index, space.get(index), [1e-4] * 3, None)
+    rec = make_record(
+        task.board, task, index, space.get(index), [1e-4] * 3, None, extra={"confirm": True}
+    )
     if target_changes is None:
         del rec["target"]
     else:

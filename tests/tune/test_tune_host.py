@@ -10,7 +10,7 @@ import pytest
 from packager.boards import load_board
 from packager.codegen.c import codegen_c
 from packager.runner import selftest_local
-from packager.tune.log import TuningLog, cost
+from packager.tune.log import TuningLog, choose, confirming, cost
 from packager.tune.measure import Measurer, Settings
 from packager.tune.run import model_tasks
 from packager.tune.space import space_of
@@ -41,15 +41,18 @@ def test_tune_writes_a_log_the_next_build_applies(conv_onnx, tmp_path, cli):
     lines = log.read_text().splitlines()
     direct = [json.loads(line) for line in lines]
     direct = [r for r in direct if r["task"]["template"] == "conv2d_nchwc"]
-    # 16 valid measurements of the direct form, its best measured once more beside the
-    # Winograd forms' (test_tune_algorithms.py); failed configs are logged, not trials.
-    ok = [r["config"]["index"] for r in direct if cost(r) < float("inf")]
-    assert len(ok) == 17 and len(set(ok)) == 16
+    # 16 valid measurements of the direct form in the search (failed configs are logged,
+    # not trials), then the confirm rounds of its fastest and default configs, and the
+    # chosen one measured once more beside the Winograd forms' (test_tune_algorithms.py)
+    ok = [r["config"]["index"] for r in direct if cost(r) < float("inf") and not confirming(r)]
+    assert len(ok) == 16 and len(set(ok)) == 16
+    confirms = [r["config"]["index"] for r in direct if confirming(r)]
+    assert set(confirms) <= set(ok) and len(confirms) == 3 * len(set(confirms)) + 1
     for rec in map(json.loads, lines):
         assert {"version", "board", "task", "config", "result"} <= set(rec)
         assert rec["board"]["name"] == "host"
         assert rec["result"]["error"] in (None, "invalid", "compile_error", "wrong_answer")
-    best = min(direct, key=cost)
+    best = choose(direct)
     # Keep the direct form's records only: the build would take a faster Winograd form.
     log.write_text("".join(json.dumps(r) + "\n" for r in direct))
 
@@ -98,7 +101,8 @@ def test_a_stopped_tune_resumes(conv_onnx, tmp_path):
     first = [r["config"]["index"] for r in log.records()]
     assert len(first) == 6
     res = tune_task(task, Measurer(board, FAST), log, opts)
-    indices = [r["config"]["index"] for r in log.records()]
+    search = [r for r in log.records() if not confirming(r)]
+    indices = [r["config"]["index"] for r in search]
     assert indices[:6] == first
     assert len(indices) == len(set(indices))
-    assert sum(cost(r) < float("inf") for r in log.records()) == 12 == res.trials
+    assert sum(cost(r) < float("inf") for r in search) == 12 == res.trials
