@@ -19,9 +19,9 @@ the 16 registers, 15 loads per 14 FMAs. Over pixels as one axis, rounded up to
 broadcast: 8 loads per 12 FMAs; the extra pixels cost at most 5 of a conv's (a 7x7
 output: 54 for 49), and the pixels past the last are computed, never stored.
 
-Blocks outside the pixel tiles (``oc_p``): a pair's weights stay in L1 over its pixel
-tiles while the input streams past; ``pixel_multiple`` leaves the convs where they do not
-fit, or where the row tile would take its rows outside, to the row tile. Measured on a
+Blocks outside the pixel tiles (``oc_p``): a pair's weights stay in cache over its pixel
+tiles while the input streams past; ``pixel_multiple`` leaves the convs where the row
+tile would take its rows outside to the row tile. Measured on a
 Zen 3 (AVX2, 1 thread, untuned, ``python bench/ab_bundles.py`` in both orders, the
 changed kernels' time over the others', new / old): ResNet-50 0.74 and 0.79,
 torchvision MobileNetV2 0.83 and 0.85, DenseNet-121 0.72 and 0.86, Inception v1 0.67
@@ -33,7 +33,6 @@ from __future__ import annotations
 from .. import te
 from ..te.schedule import Schedule, create_schedule
 from ._cpu import (
-    DEFAULT_L1_BYTES,
     MAX_UNROLLED,
     inline_around_pad,
     input_outgrows_l2,
@@ -45,25 +44,24 @@ PIXEL_MULTIPLE = 6
 PIXEL_BLOCKS = 2  # the default tile's output blocks
 
 
-def pixel_multiple(target, out_blocks: int, reduce_bytes: int, input_bytes: int) -> int:
+def pixel_multiple(target, out_blocks: int, input_bytes: int) -> int:
     """The ``pixel_multiple`` of a 1x1 conv built for ``target`` (1: none, the row-wise
-    tile), given its ``out_blocks`` output blocks, the bytes of one output block's
-    filters (input channels x block x element size) and of its input.
+    tile), given its ``out_blocks`` output blocks and the bytes of its input.
     Pixel tiles where vector registers are 16 (AVX2, ARMv7 NEON), the blocks pair up,
-    and:
+    and the row-wise tile would not walk its rows outside its blocks (an input over twice
+    the L2 read 4 or more times: _cpu.input_outgrows_l2, the rule of
+    conv_schedule.default_outer_order). There the row tile keeps a row's input in cache
+    over all its blocks; pixel tiles in that order read a pair's weights for 6 pixels
+    where a row tile reads a block's for 14, and ResNet-50's 256 -> 64 conv at 56x56 ran
+    1.47x the row tile's time.
 
-    - a pair's weights fit the L1, where the tile's blocks go over its pixel tiles one
-      after the other. Tile by tile on a Zen 3 (32 KiB L1), convs reducing 960 to 2048
-      channels ran 1.02-1.07x the row tile's time, those of 512 and fewer 0.72-0.95x;
-    - the row-wise tile would not walk its rows outside its blocks (an input over twice
-      the L2 read 4 or more times: _cpu.input_outgrows_l2, the rule of
-      conv_schedule.default_outer_order). There the row tile keeps a row's input in
-      cache over all its blocks; pixel tiles in that order read a pair's weights from L2
-      for 6 pixels where a row tile reads a block's for 14, and ResNet-50's 256 -> 64
-      conv at 56x56 ran 1.47x the row tile's time."""
+    A pair's filters need not fit the L1: they stream from L2 past each pixel tile, 2
+    weight vectors per 12 FMAs. Convs reducing 576 to 2048 channels, first left to the
+    row tile, ran in pixel tiles 0.66-0.84x its time (Zen 3, 32 KiB L1, 1 thread,
+    bench/ab_bundles.py in both orders, the changed kernels over the others: tv_mobilenet_v2
+    0.83 and 0.83, ResNet-50 0.73 and 0.77, DenseNet-121 0.66 and 0.82, Inception v1 0.71
+    and 0.84)."""
     if vector_registers(target) > 16 or out_blocks % PIXEL_BLOCKS:
-        return 1
-    if PIXEL_BLOCKS * reduce_bytes > (target.l1d_bytes or DEFAULT_L1_BYTES):
         return 1
     if input_outgrows_l2(input_bytes, target, out_blocks // PIXEL_BLOCKS):
         return 1

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 
-from packager.boards import load_board
+from packager.boards import Cache, load_board
 from packager.graph.passes.pixel_tiles import tile_pixels
 from packager.package import compile_model, prepare_graph
 from packager.target import CpuTarget
@@ -88,3 +88,38 @@ def _convs_of(node) -> list[dict]:
     if node.op == "conv2d_nchwc":
         return [{"attrs": node.attrs}]
     return [i for i in node.attrs.get("nodes", []) if i["op"] == "conv2d_nchwc"]
+
+
+def _wide_1x1(cin: int, cout: int, hw: int) -> onnx.ModelProto:
+    """One 1x1 conv (bias, ReLU) reducing ``cin`` channels at hw x hw."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    w = (rng.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "wide",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cout, hw, hw])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_reduction_past_the_l1_takes_pixel_tiles_too():
+    """1024 input channels: a pair of blocks' filters (64 KiB) outgrow a 32 KiB L1 and
+    stream from L2 past each pixel tile; the conv is still tiled by pixels, and matches
+    ONNX Runtime."""
+    model = _wide_1x1(1024, 32, 7)
+    board = dataclasses.replace(HOST256, cache=Cache(l1d_kib=32, l2_kib=512))
+    compiled = compile_model(model, board=board)
+    assert [c["attrs"].get("pixel_multiple") for c in _convs(compiled.graph)] == [6]
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 1024, 7, 7)).astype(np.float32)
+    (want,) = ort_outputs(model, {"x": x})
+    (got,) = run_model(model, {"x": x}, board=board)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

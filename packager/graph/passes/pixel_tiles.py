@@ -46,8 +46,7 @@ def with_pixel_multiple(node: Node, graph: Graph, target) -> Node:
     if conv is None:
         return node
     x, w = (graph.values[i] for i in conv["inputs"][:2])
-    reduce_bytes = w.nbytes // w.shape[0]  # one output block's filters
-    multiple = pixel_multiple(target, w.shape[0], reduce_bytes, x.nbytes)
+    multiple = pixel_multiple(target, w.shape[0], x.nbytes)
     if multiple == 1:
         return node
     attrs = {**conv["attrs"], "pixel_multiple": multiple}
