@@ -1,7 +1,7 @@
 """Two builds of one model, kernel by kernel: alternate `packager bench --profile` on
-bundle A and bundle B for some rounds (one thread), keep each kernel's lowest median
-over the rounds (a shared machine's neighbours only ever add time), and print the sums
-and the kernels that cost most in A with their B/A ratios.
+bundle A and bundle B for some rounds (one thread; ``--threads N``), keep each kernel's
+lowest median over the rounds (a shared machine's neighbours only ever add time), and
+print the sums and the kernels that cost most in A with their B/A ratios.
 
     python bench/ab_bundles.py out/before out/after --board host-avx2 --rounds 6
 
@@ -34,11 +34,13 @@ from pathlib import Path
 ROW = re.compile(r"^(k_\S+)\s+\S+\s+(\d+)\s+([0-9.]+)\s")
 
 
-def profile(bundle: str, board: str, repeat: int) -> tuple[dict[str, float], float]:
+def profile(
+    bundle: str, board: str, repeat: int, threads: int = 1
+) -> tuple[dict[str, float], float]:
     """Per-kernel medians (ms) and the whole run's median of one `bench --profile`."""
     cmd = [shutil.which("packager") or "packager", "bench", bundle, "--board", board]
     cmd += ["--repeat", str(repeat), "--profile"]
-    env = dict(os.environ, PACKAGER_NUM_THREADS="1")
+    env = dict(os.environ, PACKAGER_NUM_THREADS=str(threads))
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
     kernels, total = {}, float("nan")
     for line in out.splitlines():
@@ -90,6 +92,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--top", type=int, default=8)
     ap.add_argument("--copies", type=int, default=1, help="fresh copies of each bundle")
+    ap.add_argument("--threads", type=int, default=1, help="PACKAGER_NUM_THREADS of the runs")
     args = ap.parse_args(argv)
     best: dict[str, dict[str, float]] = {args.a: {}, args.b: {}}
     totals: dict[str, list[float]] = {args.a: [], args.b: []}
@@ -103,7 +106,7 @@ def main(argv=None) -> int:
             ]
         for r in range(args.rounds):
             for side, bundle in round_order(runs, r):
-                kernels, total = profile(bundle, args.board, args.repeat)
+                kernels, total = profile(bundle, args.board, args.repeat, args.threads)
                 totals[side].append(total)
                 for k, ms in kernels.items():
                     best[side][k] = min(ms, best[side].get(k, ms))

@@ -25,6 +25,9 @@ VERSION = 1
 CONFIRM_ROUNDS = 3  # measurements of each confirmed config
 CONFIRM_TOP = 3  # fastest configs of a search confirmed, besides the default
 EXACT_FAMILIES = ("accel",)  # measured by a simulator's cycles: one record is the cost
+# a CPU record's "caches": timed with its weights out of the caches, or (a CPU whose
+# caches user code cannot flush, ARMv7) with them as the last call left them
+FLUSHED, WARM = "weights_flushed", "warm"
 ERRORS = ("compile_error", "runtime_error", "timeout", "wrong_answer", "invalid")
 
 
@@ -72,8 +75,13 @@ def cost(record: dict) -> float:
 
 
 def confirming(record: dict) -> bool:
-    """Whether the record is one of the confirm rounds' measurements."""
-    return bool(record["result"].get("confirm"))
+    """Whether the record is one of the confirm rounds' measurements (on a CPU, with the
+    weights flushed from the caches before each call where the CPU lets user code flush
+    them, as the timing driver does: a record timed with them hot on such a CPU, from
+    before the driver flushed, is no evidence for a kernel inside a model)."""
+    r = record["result"]
+    cpu = record_family(record) == "cpu"
+    return bool(r.get("confirm")) and (not cpu or r.get("caches") in (FLUSHED, WARM))
 
 
 def confirmed(records: list[dict]) -> dict[str, list[dict]]:

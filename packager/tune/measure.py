@@ -43,7 +43,8 @@ from ..errors import PackagerError
 from ..native import compile_object, link_libraries
 from ..target import Target
 from .cl_driver import cl_driver_source
-from .driver import driver_source, parse_output
+from .driver import FLUSHING_ARCHS, driver_source, parse_output
+from .log import FLUSHED, WARM
 from .space import valid
 from .tasks import Task, default_func, lower_config
 
@@ -110,6 +111,10 @@ class Measurer:
                 exe, built = self._build(task, todo, Path(tmp))
                 if built:
                     self._run(exe, built)
+            if task.family == "cpu":
+                flushed = self.board.arch in FLUSHING_ARCHS  # driver.py's flush_args
+                for m in todo:
+                    m.extra["caches"] = FLUSHED if flushed else WARM
         return ms
 
     # --- building ------------------------------------------------------------------------
@@ -138,7 +143,8 @@ class Measurer:
             else:
                 built.append((m, obj))
         n_in = len(task.node.inputs)
-        driver = driver_source(ref, n_in, {m.index: m.prim.name for m, _ in built})
+        weights = [task.graph.values[i].is_const for i in task.node.inputs]
+        driver = driver_source(ref, n_in, {m.index: m.prim.name for m, _ in built}, weights)
         extra = [self._compile(driver, tmp), *self._runtime_objects()]
         exe = tmp / "driver"
         cmd = [self.board.toolchain.cc, *self.flags, objs[0], *[o for _, o in built], *extra]

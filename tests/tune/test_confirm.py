@@ -9,6 +9,7 @@ import json
 from packager.boards import load_board
 from packager.tune.log import (
     CONFIRM_ROUNDS,
+    FLUSHED,
     TuningLog,
     choose,
     confirming,
@@ -44,7 +45,7 @@ class _Lucky:
                 seconds = 1e-6 if asked.count(i) == 1 else 9e-3
             else:
                 seconds = 1e-3 * (1 + i % 7)
-            out.append(Measurement(i, knobs, [seconds] * 3))
+            out.append(Measurement(i, knobs, [seconds] * 3, extra={"caches": FLUSHED}))
         return out
 
 
@@ -118,13 +119,16 @@ def test_a_config_that_failed_a_round_is_not_chosen(conv_onnx):
 
     def rec(i, seconds, error=None):
         costs = [] if error else [seconds]
-        return make_record(board, task, i, space.get(i), costs, error, extra={"confirm": True})
+        extra = {"confirm": True, "caches": FLUSHED}
+        return make_record(board, task, i, space.get(i), costs, error, extra=extra)
 
     fast_but_flaky = [rec(1, 1e-4), rec(1, 1e-4), rec(1, 0, "wrong_answer")]
     steady = [rec(2, 3e-4), rec(2, 2e-4), rec(2, 9e-4)]
     chosen = choose([*fast_but_flaky, *steady])
     assert chosen["config"]["index"] == 2 and cost(chosen) == 3e-4  # the median
     assert choose([make_record(board, task, 3, space.get(3), [1e-5], None)]) is None
+    hot = make_record(board, task, 3, space.get(3), [1e-5], None, extra={"confirm": True})
+    assert choose([hot]) is None  # confirmed with the caches warm: no evidence
 
 
 def test_simulated_cycles_need_no_confirm_rounds(conv_onnx):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from packager.boards import load_board
-from packager.tune.log import make_record
+from packager.tune.log import FLUSHED, make_record
 from packager.tune.space import space_of
 
 from .test_tune_host import direct_task
@@ -22,7 +22,13 @@ def _log(conv_onnx, path, target_changes):
     space = space_of(task)
     index = (space.default_index() + 1) % space.size
     rec = make_record(
-        task.board, task, index, space.get(index), [1e-4] * 3, None, extra={"confirm": True}
+        task.board,
+        task,
+        index,
+        space.get(index),
+        [1e-4] * 3,
+        None,
+        extra={"confirm": True, "caches": FLUSHED},
     )
     if target_changes is None:
         del rec["target"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from packager.boards import load_board
-from packager.tune.log import TuningLog, confirming, cost
+from packager.tune.log import TuningLog, cost
 from packager.tune.measure import Measurement, Measurer, Settings
 from packager.tune.run import model_tasks
 from packager.tune.space import space_of
@@ -49,7 +49,7 @@ def test_invalid_configs_do_not_count_as_trials(conv_onnx, tmp_path):
         # vector target's space refuses more tiles on top
         opts = Options(trials=20, batch=8, tuner=tuner, max_errors=200)
         res = tune_task(task, stub, log, opts)
-        recs = [r for r in log.records() if not confirming(r)]  # the search's
+        recs = [r for r in log.records() if not r["result"].get("confirm")]  # the search's
         good = [r for r in recs if np.isfinite(cost(r))]
         bad = [r for r in recs if not np.isfinite(cost(r))]
         assert len(good) == 20 == res.trials == len(res.history), tuner
@@ -114,7 +114,7 @@ def test_a_refused_config_is_logged_invalid_and_not_counted(conv_onnx, tmp_path)
     log = TuningLog(tmp_path / "t.jsonl")
     meas = _AsksRefusedFirst(board, Settings(min_seconds=0.001, samples=1))
     res = tune_task(task, meas, log, Options(trials=4, batch=4, tuner="random"))
-    errors = [r["result"]["error"] for r in log.records() if not confirming(r)]
+    errors = [r["result"]["error"] for r in log.records() if not r["result"].get("confirm")]
     # the refused config first (others may be refused too: wide vectors refuse more tiles)
     assert errors[0] == "invalid" and res.errors >= errors.count("invalid") >= 1
     assert res.trials == 4 == sum(e is None for e in errors)
