@@ -94,9 +94,11 @@ def confirmed(records: list[dict]) -> dict[str, list[dict]]:
     return runs
 
 
-def median(values: list[float]) -> float:
-    v = sorted(values)
-    return v[len(v) // 2] if v else float("inf")
+def rounds_cost(costs: list[float]) -> float:
+    """A config's cost over its confirm rounds: their median, +inf if any round failed."""
+    if not costs or float("inf") in costs:
+        return float("inf")
+    return sorted(costs)[len(costs) // 2]
 
 
 def choose(records: list[dict]) -> dict | None:
@@ -111,8 +113,7 @@ def choose(records: list[dict]) -> dict | None:
         return min(good, key=cost) if good else None
     best, best_cost = None, float("inf")
     for runs in confirmed(records).values():
-        costs = [cost(r) for r in runs]
-        c = float("inf") if float("inf") in costs else median(costs)
+        c = rounds_cost([cost(r) for r in runs])
         if c < best_cost:
             best, best_cost = runs, c
     if best is None:

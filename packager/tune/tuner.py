@@ -31,8 +31,8 @@ from .log import (
     confirming,
     cost,
     make_record,
-    median,
     record_family,
+    rounds_cost,
 )
 from .measure import Measurer
 from .model import CostModel
@@ -87,6 +87,7 @@ class _State:
         self.order: list[int] = []
         self.valid = 0  # measurements with a cost
         self.refused = 0  # configs the template or lowering refused on the host
+        self.confirmed: dict[int, list[float]] = {}  # confirm rounds logged, by index
 
     @property
     def errors(self) -> int:
@@ -170,6 +171,8 @@ def tune_task(task: Task, measurer: Measurer, log: TuningLog, opts: Options, pro
         if r.get("target") != here:
             continue
         i = space.index_of(r["config"]["knobs"])
+        if i is not None and confirming(r):  # rounds a resumed run counts (_confirm)
+            state.confirmed.setdefault(i, []).append(cost(r))
         if i is not None and i not in state.costs:
             # resume: features are recomputed when the model needs them
             state.add(i, cost(r), error=r["result"]["error"])
@@ -213,13 +216,7 @@ def _confirm(task: Task, state: _State, measurer: Measurer, log: TuningLog) -> d
     default = state.space.default_index()
     if default not in picks and state.costs.get(default, 0.0) < float("inf"):
         picks.append(default)  # measured too where a resumed search never did
-    here = task.target.fingerprint()
-    runs: dict[int, list[float]] = {i: [] for i in picks}
-    for r in log.records():
-        if r["task"]["key"] == task.key and r.get("target") == here and confirming(r):
-            i = state.space.index_of(r["config"]["knobs"])
-            if i in runs and r["board"]["name"] == measurer.board.name:
-                runs[i].append(cost(r))
+    runs = {i: list(state.confirmed.get(i, [])) for i in picks}
     for n in range(CONFIRM_ROUNDS):
         todo = [i for i in picks if len(runs[i]) < CONFIRM_ROUNDS]
         if not todo:
@@ -234,7 +231,7 @@ def _confirm(task: Task, state: _State, measurer: Measurer, log: TuningLog) -> d
                 )
             )
             runs[m.index].append(m.median if m.error is None else float("inf"))
-    return {i: float("inf") if float("inf") in c else median(c) for i, c in runs.items()}
+    return {i: rounds_cost(c) for i, c in runs.items()}
 
 
 def _propose(state: _State, model: CostModel, opts: Options, rng, n: int) -> list[int]:
