@@ -30,6 +30,7 @@ from packager.graph.passes.quantize import (
 from packager.graph.pipeline import PassContext
 from packager.ops.int8_intrin import byte_pairs_fit
 from packager.target import CpuTarget
+from tests.ops.harness import haswell_asm, innermost_fma_loop
 from tests.test_tensorize import (
     HOST_FLAGS,
     _cpu_flags,
@@ -365,6 +366,24 @@ def test_byte_quad_tiles_keep_their_taps_rolled_from_8_accumulators(hw, rolled):
     src = codegen_c(qconv_func(inputs, attrs, target)[0])
     assert "pk_dot4_u8x8_avx2_byte_pairs(&" in src
     assert src.count("#pragma GCC unroll 1\n") == (2 if rolled else 0)
+
+
+def test_a_byte_quad_tile_keeps_its_accumulators_in_registers(tmp_path):
+    """A 3x3 conv on byte quads over a 14-wide row (1 x 7, taps unrolled), compiled as
+    the host profile compiles kernels for 16 vector registers: its tap loop reads the
+    activations and weights and touches no stack. Without the asm pin after each add
+    (int8_intrin._keep) GCC reassociated the unrolled taps' adds and kept partial sums
+    on the stack (tv_resnet18's 56-wide 3x3 convs: 27 vector stores to it)."""
+    inputs, attrs = qconv_case("uint8", 8, c=64, oc=8, hw=14, k=3)
+    inputs[1][...] = np.clip(inputs[1], -64, 64)
+    attrs["byte_pairs"] = True
+    attrs["pads"] = [1] * 4
+    target = CpuTarget(vector_bits=256, features=("avx2", "fma"))
+    src = codegen_c(qconv_func(inputs, attrs, target)[0])
+    assert src.count("#pragma GCC unroll 1\n") == 0  # taps unrolled
+    loop = innermost_fma_loop(haswell_asm(src, tmp_path), "k_qconv", "vpmaddubsw")
+    assert sum(t.startswith("vpmaddubsw") for t in loop) >= 7, loop
+    assert not [t for t in loop if "rsp" in t], loop
 
 
 @pytest.mark.parametrize(

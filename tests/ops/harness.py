@@ -67,9 +67,10 @@ def conv_group(op_name: str, args: list, attrs: dict, out_blocks: int, epilogue:
     return args, out, (op_name, attrs, conv)
 
 
-def innermost_fma_loop(asm: str, function: str) -> list[str]:
-    """The instructions of the shortest loop with vector FMAs in ``function`` (objdump
-    -d text): from a backward jump's target to the jump."""
+def innermost_fma_loop(asm: str, function: str, op: str = "vfmadd") -> list[str]:
+    """The instructions of the shortest loop with vector FMAs (instructions starting
+    with ``op``) in ``function`` (objdump -d text): from a backward jump's target to the
+    jump."""
     body = asm[asm.index(f"<{function}>:") :]
     following = re.search(r"\n[0-9a-f]+ <\w+>:", body)
     body = body[: following.start()] if following else body
@@ -84,7 +85,7 @@ def innermost_fma_loop(asm: str, function: str) -> list[str]:
         if m and int(m.group(1), 16) <= rows[k][0]:
             start = next(i for i, (a, _) in enumerate(rows) if a == int(m.group(1), 16))
             loop = [t for _, t in rows[start : k + 1]]
-            if any(t.startswith("vfmadd") for t in loop):
+            if any(t.startswith(op) for t in loop):
                 loops.append(loop)
     return min(loops, key=len)
 
