@@ -199,3 +199,22 @@ def test_opencl_guarded_loads_are_unconditional_loads_of_a_safe_index():
     assert load, src
     assert f"x[i] = ({c} ? {load.group(1)} : 0.0f);" in src
     assert "? x[(i + 3)] : 0.0f" in codegen_c(_kernel("k_pad", body))
+
+
+def test_a_schedules_compiler_hint_reaches_c_only():
+    """Schedule.hint travels with the lowered kernel: C puts its pragma after the
+    prelude, before every function; OpenCL has no such switch and drops it; a hint
+    nobody knows is refused by name."""
+    a = te.placeholder((8,), name="a")
+    out = te.compute((8,), lambda i: a[i] + a[i], name="out")
+    s = te.create_schedule(out)
+    s.hint("no_predictive_commoning")
+    func = te.lower(s, [a, out], "k_hinted")
+    assert func.hints == frozenset({"no_predictive_commoning"})
+    src = codegen_c(func)
+    pragma = '#pragma GCC optimize("no-predictive-commoning")'
+    assert src.index('#include "pk_kernel.h"') < src.index(pragma) < src.index("k_hinted(")
+    assert pragma not in codegen_c(te.lower(te.create_schedule(out), [a, out], "k_plain"))
+    assert "pragma" not in codegen_opencl(func)
+    with pytest.raises(ValueError, match="unknown compiler hint 'fast'"):
+        s.hint("fast")

@@ -49,6 +49,14 @@ class CLang(Lang):
 
     name: str = "C"
     prelude: str = '#include "pk_kernel.h"'
+    # GCC applies an optimize pragma to every function after it (each kernel is a file
+    # of its own); other compilers skip it
+    hint_pragmas: dict = field(
+        default_factory=lambda: {
+            "no_predictive_commoning": "#if defined(__GNUC__) && !defined(__clang__)\n"
+            '#pragma GCC optimize("no-predictive-commoning")\n#endif'
+        }
+    )
     types: dict = field(default_factory=lambda: dict(_TYPES))
     reserved: frozenset = frozenset(C_KEYWORDS.split()) | frozenset(_KERNEL_NAMES)
     restrict: str = "restrict"

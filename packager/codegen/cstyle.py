@@ -7,6 +7,9 @@ through the runtime's thread pool), one of its few methods. The fields:
 
 * ``name``: the language, in error messages ("C").
 * ``prelude``: the text the unit starts with (includes, pragmas).
+* ``hint_pragmas``: a schedule's compiler hint (``PrimFunc.hints``) -> the text put
+  after the prelude of a unit with a kernel that asks for it; hints not named are
+  dropped (a language without such a switch).
 * ``types``: dtype -> scalar type name (``"float32": "float"``); the loop index type is
   ``types["int64"]``.
 * ``reserved``: words a variable must not be named (keywords, names the kernel uses).
@@ -245,6 +248,7 @@ class Lang:
 
     name: str = ""
     prelude: str = ""
+    hint_pragmas: dict = field(default_factory=dict)
     types: dict = field(default_factory=dict)
     reserved: frozenset = frozenset()
     kernel_qualifier: str = ""
@@ -1241,7 +1245,8 @@ def render_functions(funcs: list[PrimFunc], lang: Lang, thread_extents=None) -> 
             r.emit(lang.kernel_return)
         # the functions it outlined (C's parallel loops) go before it
         kernels.append((len(mod.functions), "\n".join([head, *r.lines, "}"])))
-    parts = [lang.prelude, ""]
+    hints = sorted({h for func in funcs for h in func.hints} & set(lang.hint_pragmas))
+    parts = [lang.prelude, *(lang.hint_pragmas[h] for h in hints), ""]
     decls = mod.declarations()
     if decls:
         parts += [*decls, ""]

@@ -242,6 +242,8 @@ def schedule_conv2d_nchwc_cpu(ctx: ScheduleContext) -> Schedule:
         # a straight-line body this long misses the instruction cache and takes the
         # compiler seconds; every setting of the knobs before the unroll ones fits
         raise ValueError(f"conv tile: {body} unrolled multiply-adds (most {MAX_UNROLLED})")
+    if carried_taps_spill(conv, tile.oc):
+        sch.hint("no_predictive_commoning")
     if pad is not None:
         _schedule_pad(sch, pad, pad_at)
     if conv is out:
@@ -286,6 +288,26 @@ def default_outer_order(conv: te.Tensor, target, passes: int) -> str:
     x = conv.op.input_tensors[0]
     size = math.prod(x.shape) * np.dtype(x.dtype).itemsize
     return "oh_oc" if input_outgrows_l2(size, target, passes) else "oc_oh"
+
+
+def carried_taps_spill(conv: te.Tensor, oc_tile: int) -> bool:
+    """Whether GCC's predictive commoning (-O2 and up) would spill the tile: a tap's
+    broadcast activations are the next column's of the tap before, and GCC carries them
+    from one tap to the next in registers, beside the accumulators. Where they outnumber
+    the registers it spilled both to the stack every step (objdump, GCC 12 -O3):
+    a 5x5 conv at stride 1 (AlexNet's second conv and Inception v1's four, 1 x 13 tiles:
+    ~490 stack accesses in the kernel, 6 without) and a stem reading plain NCHW into
+    a tile of several blocks (SqueezeNet's, ShuffleNet's). The kernel then asks for
+    predictive commoning off (Schedule.hint). Measured on a Zen 3 (AVX2, 1 thread, per-
+    kernel lowest medians of 4 rounds): AlexNet's 5x5 conv 28 -> 7.3 ms (the model 66 ->
+    47 ms), Inception v1's 5x5 convs 0.21-0.28x their time (the model 0.86x), the
+    SqueezeNet and ShuffleNet stems 0.82x and 0.97x. Elsewhere it is left on: with it off
+    for every kernel, tv_resnet18's 3x3 convs ran 1.00-1.04x, its Winograd ones 1.01-1.04x."""
+    kw = {a.var.name: a.extent for a in conv.op.reduce_axis}.get("rk1", 1)
+    strides = conv.op.attrs.get("strides", [1, 1])
+    if kw >= 5 and strides[-1] == 1:
+        return True
+    return _reads_plain(conv) and kw > 1 and oc_tile > 1
 
 
 def _strided(conv: te.Tensor) -> bool:

@@ -113,12 +113,16 @@ class PrimFunc:
 
     ``may_alias``: indices of params that may share memory with one another (an output
     written over a dying input, in place); code generators must not declare them
-    ``restrict``. Every other param is distinct from all others."""
+    ``restrict``. Every other param is distinct from all others.
+
+    ``hints``: the schedule's compiler hints (Schedule.hint), which a language renders
+    as it can (C: a GCC optimize pragma) and others ignore."""
 
     name: str
     params: list[Buffer]
     body: Stmt
     may_alias: frozenset[int] = frozenset()
+    hints: frozenset[str] = frozenset()
 
 
 def seq(*stmts: Stmt | None) -> Stmt:

@@ -355,7 +355,7 @@ class _Lowering:
         body = _allocate(temps, seq(*nests))
         body = _Finish(self.ranges).visit(body)
         body = _hoist_allocations(body)
-        return PrimFunc(self.name, self.params, body)
+        return PrimFunc(self.name, self.params, body, hints=frozenset(self.sch.hints))
 
 
 def _guard(conds: list, s: Stmt) -> Stmt:

@@ -201,9 +201,18 @@ class Stage:
         self.attach_stage = self.attach_ivar = None
 
 
+# Compiler hints a schedule may give its kernel (Schedule.hint):
+# "no_predictive_commoning": GCC's predictive commoning carries a wide tile's broadcast
+# activations from one tap to the next (the column a tap further right is the next
+# column's of the tap before) and spills them with the accumulators
+# (conv_schedule.carried_taps_spill).
+HINTS = frozenset({"no_predictive_commoning"})
+
+
 class Schedule:
     def __init__(self, outputs: list[Tensor]):
         self.outputs = list(outputs)
+        self.hints: set[str] = set()
         self.stages: list[Stage] = []
         self._by_op: dict[int, Stage] = {}
         for t in _post_order(self.outputs):
@@ -217,6 +226,12 @@ class Schedule:
         if st is None:
             raise KeyError(f"{getattr(op, 'name', op)} has no stage in this schedule")
         return st
+
+    def hint(self, name: str) -> None:
+        """Ask the compiler of this kernel for ``name`` (one of HINTS)."""
+        if name not in HINTS:
+            raise ValueError(f"unknown compiler hint {name!r}; known: {sorted(HINTS)}")
+        self.hints.add(name)
 
     def stage_of(self, t: Tensor) -> Stage | None:
         return self._by_op.get(id(t.op))

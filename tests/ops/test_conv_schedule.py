@@ -16,6 +16,8 @@ from packager.ops.registry import get_op
 from packager.target import CpuTarget
 from packager.te.evaluator import evaluate
 
+from .harness import haswell_asm, innermost_fma_loop
+
 
 def conv_group(c, oc, hw, k, stride, pad, block=8, groups=1, residual=False):
     """Placeholders, the group's output and its anchor: conv + bias + relu (+ add)."""
@@ -391,3 +393,44 @@ def test_spanned_groups_read_only_their_blocks(c, groups, block, k, knobs):
     whole = all(max(spans[i : i + tile]) == max(spans) for i in range(0, len(spans), tile))
     bound = f"rcb < {max(spans)};" if whole else f"rcb < pk_min_i64({max(spans)}, "
     assert bound in codegen_c(func)
+
+
+@pytest.mark.parametrize(
+    "case, hinted",
+    [
+        (dict(c=16, oc=16, hw=(13, 13), k=5, stride=1, pad=2), True),  # 1 x 13, 5 taps
+        (dict(c=16, oc=16, hw=(13, 13), k=5, stride=2, pad=2), False),
+        (dict(c=16, oc=16, hw=(13, 13), k=3, stride=1, pad=1), False),
+        (dict(c=3, oc=32, hw=(23, 23), k=3, stride=2, pad=1), True),  # a stem's 4 x 3
+        (dict(c=3, oc=32, hw=(15, 15), k=3, stride=2, pad=1), False),  # a stem's 1 x 8
+    ],
+)
+def test_a_tile_whose_taps_gcc_would_carry_turns_predictive_commoning_off(case, hinted):
+    """A 5x5 stride-1 conv over a 13-wide row (a 1 x 13 tile) and a stem reading plain
+    NCHW into a tile of several blocks ask for predictive commoning off in their C,
+    and still compute the conv; other convs keep the compiler's default."""
+    args, out, anchor = conv_group(**case)
+    sch = schedule_for([out], anchor, AVX2)
+    src = codegen_c(te.lower(sch, [*args, out], "k_conv"))
+    assert ('#pragma GCC optimize("no-predictive-commoning")' in src) is hinted
+    rng = np.random.default_rng(0)
+    ins = [rng.standard_normal(a.shape).astype(np.float32) for a in args]
+    got = np.empty(out.shape, np.float32)
+    build_kernel(te.lower(sch, [*args, out], "k_conv"))(*ins, got)
+    (want,) = evaluate([out], dict(zip(args, ins, strict=True)))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_five_tap_row_tile_keeps_its_accumulators_in_registers(tmp_path):
+    """AlexNet's second conv in small (5x5, stride 1, 13-wide rows: a 1 x 13 tile),
+    compiled as the host profile compiles kernels for 16 vector registers: its FMA loop
+    keeps the tile in registers (GCC 12 leaves 2 values on the stack: 4 accesses a step
+    of 104 FMAs). With GCC's predictive commoning on, the broadcasts carried from tap to
+    tap spilled the tile: 396 stack accesses in that loop (AlexNet's conv: 3.9x its
+    time)."""
+    args, out, anchor = conv_group(c=16, oc=16, hw=(13, 13), k=5, stride=1, pad=2)
+    src = codegen_c(te.lower(schedule_for([out], anchor, AVX2), [*args, out], "k_conv"))
+    assert "float conv_nchwc[104];" in src  # 1 x 13
+    loop = innermost_fma_loop(haswell_asm(src, tmp_path), "k_conv_par1")
+    assert sum(t.startswith("vfmadd") for t in loop) == 104, loop
+    assert len([t for t in loop if "rsp" in t]) <= 4, loop
