@@ -44,7 +44,11 @@ def conv_group(c, oc, hw, k, stride, pad, block=8, groups=1, residual=False):
 
 
 def run_group(args, out, anchor, knobs):
-    sch = schedule_for([out], anchor, knobs=knobs)
+    return run_schedule(schedule_for([out], anchor, knobs=knobs), args, out)
+
+
+def run_schedule(sch, args, out):
+    """(the built kernel's output, the evaluator's) on random inputs."""
     rng = np.random.default_rng(0)
     ins = [rng.standard_normal(a.shape).astype(np.float32) for a in args]
     got = np.empty(out.shape, np.float32)
@@ -260,11 +264,7 @@ def test_default_tile_by_vector_registers(bits, tile):
         ScheduleContext([out], tensor, attrs, cfg, target)
     )
     assert (cfg.as_dict()["tile_oc"], cfg.as_dict()["tile_ow"]) == tile
-    rng = np.random.default_rng(0)
-    ins = [rng.standard_normal(a.shape).astype(np.float32) for a in args]
-    got = np.empty(out.shape, np.float32)
-    build_kernel(te.lower(sch, [*args, out], "k_conv"))(*ins, got)
-    (want,) = evaluate([out], dict(zip(args, ins, strict=True)))
+    got, want = run_schedule(sch, args, out)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
@@ -413,11 +413,7 @@ def test_a_tile_whose_taps_gcc_would_carry_turns_predictive_commoning_off(case, 
     sch = schedule_for([out], anchor, AVX2)
     src = codegen_c(te.lower(sch, [*args, out], "k_conv"))
     assert ('#pragma GCC optimize("no-predictive-commoning")' in src) is hinted
-    rng = np.random.default_rng(0)
-    ins = [rng.standard_normal(a.shape).astype(np.float32) for a in args]
-    got = np.empty(out.shape, np.float32)
-    build_kernel(te.lower(sch, [*args, out], "k_conv"))(*ins, got)
-    (want,) = evaluate([out], dict(zip(args, ins, strict=True)))
+    got, want = run_schedule(sch, args, out)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
