@@ -314,10 +314,36 @@ class Simplifier:
                 return self.build(quot.plus(Linear(c=lo // c)))
             if not r_terms:
                 return self.build(quot)
+            factored = self._factor_out(self.linear(rest), c)
+            if factored is not None:
+                g, big, _ = factored
+                inner = self._div(Binary("floordiv", self.build(big), _ic(c // g), INDEX))
+                return self.build(quot.plus(self.linear(inner)))
             return self.build(quot.plus(self.linear(self._divmod_node("floordiv", rest, c))))
         if same:
             return self.build(self.linear(rest).plus(Linear(c=-(lo // c) * c)))
+        factored = self._factor_out(self.linear(rest), c)
+        if factored is not None:
+            g, big, small = factored
+            inner = self._div(Binary("floormod", self.build(big), _ic(c // g), INDEX))
+            return self.build(self.linear(inner).scaled(g).plus(small))
         return self._divmod_node("floormod", rest, c)
+
+    def _factor_out(self, lin: Linear, c: int):
+        """(g, X, R) with ``lin`` = g*X + R, g a divisor of ``c`` (1 < g < c) and
+        0 <= R < g by the bounds, the largest such g; None where there is none. Then
+        (g*X + R) // c = X // (c/g) and (g*X + R) % c = g*(X % (c/g)) + R: a tile of 3
+        output blocks of a grouped conv with 24 blocks a group reads group
+        (3*t + i) // 24 = t // 8 for every block i < 3 of the tile."""
+        factors = {np.gcd(abs(k), c) for _, k in lin.terms.values()}
+        for g in sorted((int(f) for f in factors if 1 < f < c), reverse=True):
+            big = {key: [a, k // g] for key, (a, k) in lin.terms.items() if k % g == 0}
+            small = {key: [a, k] for key, (a, k) in lin.terms.items() if k % g}
+            q, r = divmod(lin.const, g)
+            lo, hi = self.bounds(self.build(Linear(small, r)))
+            if big and lo is not None and hi is not None and lo >= 0 and hi < g:
+                return g, Linear(big, q), Linear(small, r)
+        return None
 
     def _divmod_node(self, op: str, a: Expr, c: int) -> Expr:
         # floor and trunc agree on non-negative numerators; C's / and % are cheaper

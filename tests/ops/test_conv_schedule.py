@@ -4,6 +4,8 @@ of the same computes."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -430,3 +432,22 @@ def test_a_five_tap_row_tile_keeps_its_accumulators_in_registers(tmp_path):
     loop = innermost_fma_loop(haswell_asm(src, tmp_path), "k_conv_par1")
     assert sum(t.startswith("vfmadd") for t in loop) == 104, loop
     assert len([t for t in loop if "rsp" in t]) <= 4, loop
+
+
+def test_a_grouped_convs_tile_inside_one_group_shares_its_broadcasts():
+    """2 groups of 6 output blocks, tiles of 3 blocks: every block of a tile reads the
+    same group's input, so the activation's index does not depend on the tile's block
+    (the simplifier takes (3t + i) // 6 to t // 2) and one broadcast serves the tile's
+    blocks; the kernel still computes the grouped conv."""
+    data = te.placeholder((1, 6, 6, 8, 8), "float32", "in0")
+    weight = te.placeholder((12, 3, 3, 3, 8, 8), "float32", "in1")  # 24 channels a group
+    bias = te.placeholder((12, 8), "float32", "in2")
+    attrs = {"groups": 2, "strides": [1, 1], "pads": [1] * 4}
+    out = get_op("conv2d_nchwc").compute([data, weight, bias], attrs)[0]
+    args, anchor = [data, weight, bias], ("conv2d_nchwc", attrs, out)
+    sch = schedule_for([out], anchor, AVX2, knobs={"tile_oc": 3, "tile_ow": 4})
+    src = codegen_c(te.lower(sch, [*args, out], "k_conv"))
+    reads = re.findall(r"= conv_pad\[([^\]]+)\];", src)
+    assert reads and not [r for r in reads if "conv_nchwc_i1" in r], reads
+    got, want = run_schedule(sch, args, out)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -85,6 +85,21 @@ def test_quotient_and_remainder_rejoin():
     assert text(simplify(y // 8 * 16 + y % 8)) != "y"
 
 
+def test_a_common_factor_of_the_divisor_leaves_the_small_part_behind():
+    """(g*X + R) // c is X // (c/g) and (g*X + R) % c is g*(X % (c/g)) + R where g
+    divides c and 0 <= R < g: the 3 blocks i of a tile t read group (3t + i) // 24, the
+    same t // 8 for all three (a grouped conv's broadcasts then shared by its blocks)."""
+    v, r = _ranges(t=(0, 15), i=(0, 2), j=(0, 3))
+    t, i = v["t"], v["i"]
+    assert text(simplify((t * 3 + i) // 24, r)) == "(t truncdiv 8)"
+    assert text(simplify((t * 3 + i) % 24, r)) == "(((t truncmod 8) * 3) + i)"
+    assert text(simplify((t * 6 + i + 1) // 12, r)) == "(t truncdiv 2)"  # R = i + 1 < 6
+    # R can reach g: no factor to take
+    assert text(simplify((t * 3 + v["j"]) // 24, r)) == "(((t * 3) + j) truncdiv 24)"
+    y = Var("y")  # unbounded X: floor division stays floor
+    assert text(simplify((y * 4 + i) // 8, r)) == "(y floordiv 2)"
+
+
 def _round_trip(inner, lo=0.0, hi=255.0, dtype="uint8"):
     """float(dtype(min(max(inner, lo), hi))): a quantize read back by a dequantize."""
     from packager import te
