@@ -7,11 +7,12 @@ Inputs:
           packed[ob, cb, kh, kw, ci, oi] = w[ob*y + oi, cb*xw + ci, kh, kw]
   bias    optional, (OC/y, y)
 Output (N, OC/y, OH, OW, y). attrs: strides, dilations, pads (begins, then ends),
-groups; pixel_multiple (optional, an ungrouped unpadded 1x1 stride-1 conv on a blocked
-input only): the conv is computed over its H x W pixels as one axis (contiguous in the
-blocked layout), as many as the pixel count rounded up to that multiple (the extra ones
-repeat the last pixel), and the output reads back the real ones. A schedule can then
-tile pixels regardless of the row width (ops/conv_pixels_schedule.py).
+groups; pixel_multiple (optional, an ungrouped unpadded 1x1 conv on a blocked input
+only): the conv is computed over its OH x OW output pixels as one axis (contiguous in
+the blocked layout), as many as the pixel count rounded up to that multiple (the extra
+ones repeat the last pixel), and the output reads back the real ones; a strided one's
+pixels read every stride-th input row and column. A schedule can then tile pixels
+regardless of the row width (ops/conv_pixels_schedule.py).
 
 Groups: every group must start on a block boundary (Cg % xw == 0 and OC/groups % y
 == 0), so a group's inputs are whole blocks; depthwise convs (one input and one output
@@ -140,7 +141,7 @@ def conv2d_nchwc(inputs, attrs):
     multiple = int(attrs.get("pixel_multiple", 1))
     if multiple > 1:
         _check_pixels(sh, kernel, strides, before + after, multiple)
-        return [_bias(_pixels_conv(x, w, multiple), inputs)]
+        return [_bias(_pixels_conv(x, w, multiple, strides, spatial), inputs)]
     out = te.compute(
         [x.shape[0], w.shape[0], *spatial, sh.y],
         f,
@@ -159,7 +160,6 @@ def conv2d_nchwc(inputs, attrs):
 def _check_pixels(sh: _Shapes, kernel, strides, pads, multiple: int) -> None:
     if not (
         tuple(kernel) == (1, 1)
-        and list(strides) == [1, 1]
         and not any(pads)
         and sh.groups == 1
         and not sh.spanned
@@ -167,14 +167,17 @@ def _check_pixels(sh: _Shapes, kernel, strides, pads, multiple: int) -> None:
     ):
         raise ValueError(
             f"conv2d_nchwc: pixel_multiple {multiple} needs an ungrouped unpadded 1x1 "
-            f"stride-1 conv on blocked data (kernel {list(kernel)}, strides {strides}, pads {pads})"
+            f"conv on blocked data (kernel {list(kernel)}, strides {strides}, pads {pads})"
         )
 
 
-def _pixels_conv(x: te.Tensor, w: te.Tensor, multiple: int) -> te.Tensor:
-    """A 1x1 conv over its pixels as one axis rounded up to ``multiple`` (the conv
-    stage, tagged ``conv``), and the output in rows and columns reading it."""
-    n_, _, h, wd, _ = x.shape
+def _pixels_conv(x: te.Tensor, w: te.Tensor, multiple: int, strides, out_hw) -> te.Tensor:
+    """A 1x1 conv over its output pixels as one axis rounded up to ``multiple`` (the
+    conv stage, tagged ``conv``), and the output in rows and columns reading it; a
+    strided one reads every ``strides``-th input row and column."""
+    n_ = x.shape[0]
+    h, wd = out_hw
+    sh, sw = strides
     pixels = h * wd
     held = -(-pixels // multiple) * multiple
     rcb = te.reduce_axis(w.shape[1], "rcb")
@@ -182,7 +185,8 @@ def _pixels_conv(x: te.Tensor, w: te.Tensor, multiple: int) -> te.Tensor:
 
     def f(n, ob, p, oi):
         q = te.min_(p, pixels - 1)  # the pixels past the last repeat it
-        return te.sum(x[(n, rcb, q // wd, q % wd, rci)] * w[(ob, rcb, 0, 0, rci, oi)], [rcb, rci])
+        xq = x[(n, rcb, q // wd * sh, q % wd * sw, rci)]
+        return te.sum(xq * w[(ob, rcb, 0, 0, rci, oi)], [rcb, rci])
 
     flat = te.compute(
         [n_, w.shape[0], held, w.shape[5]],
@@ -191,7 +195,7 @@ def _pixels_conv(x: te.Tensor, w: te.Tensor, multiple: int) -> te.Tensor:
         tag="conv",
         attrs={
             "groups": 1,
-            "strides": [1, 1],
+            "strides": [sh, sw],
             "dilations": [1, 1],
             "spanned": False,
             "pixel_multiple": multiple,

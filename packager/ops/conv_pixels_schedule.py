@@ -46,7 +46,8 @@ PIXEL_BLOCKS = 2  # the default tile's output blocks
 
 def pixel_multiple(target, out_blocks: int, input_bytes: int) -> int:
     """The ``pixel_multiple`` of a 1x1 conv built for ``target`` (1: none, the row-wise
-    tile), given its ``out_blocks`` output blocks and the bytes of its input.
+    tile), given its ``out_blocks`` output blocks and the bytes of its input it reads
+    (a strided conv's rows it reads).
     Pixel tiles where vector registers are 16 (AVX2, ARMv7 NEON), the blocks pair up,
     and the row-wise tile would not walk its rows outside its blocks (an input over twice
     the L2 read 4 or more times: _cpu.input_outgrows_l2, the rule of
@@ -60,7 +61,14 @@ def pixel_multiple(target, out_blocks: int, input_bytes: int) -> int:
     row tile, ran in pixel tiles 0.66-0.84x its time (Zen 3, 32 KiB L1, 1 thread,
     bench/ab_bundles.py in both orders, the changed kernels over the others: tv_mobilenet_v2
     0.83 and 0.83, ResNet-50 0.73 and 0.77, DenseNet-121 0.66 and 0.82, Inception v1 0.71
-    and 0.84)."""
+    and 0.84).
+
+    Strided 1x1 convs (residual projections) take them too, each pixel reading its own
+    input address: in the row tile at 7x7 or 14x14 outputs, rows outside their blocks,
+    every row streamed all the filters (8 MB for ResNet-50's 1024 -> 2048). On the same
+    Zen 3 (bench/ab_bundles.py, 4 rounds): ResNet-50's 1024 -> 2048 and 512 -> 1024
+    projections 0.59x and 0.58x their time (the others 1.08x), tv_resnet18's three
+    0.72-0.91x (all three 0.85x, the others 1.00x)."""
     if vector_registers(target) > 16 or out_blocks % PIXEL_BLOCKS:
         return 1
     if input_outgrows_l2(input_bytes, target, out_blocks // PIXEL_BLOCKS):

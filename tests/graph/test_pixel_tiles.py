@@ -42,9 +42,9 @@ def _kind(conv: dict, graph) -> str:
 
 
 def test_the_pass_marks_the_even_1x1_convs_only():
-    """MobileNetV2-style at 256 bits: each unstrided 1x1 conv with an even count of output
-    blocks gets pixel_multiple 6; the 3x3, depthwise and strided convs and those of 3
-    blocks keep their row tiles. Only attributes change."""
+    """MobileNetV2-style at 256 bits: each 1x1 conv with an even count of output blocks
+    gets pixel_multiple 6; the 3x3 and depthwise convs and those of 3 blocks keep their
+    row tiles. Only attributes change."""
     graph, _ = prepare_graph(networks.mobilenet_v2(), HOST256)
     tiled = tile_pixels(graph, CpuTarget(vector_bits=256))
     kinds = [_kind(c, graph) for c in _convs(graph)]
@@ -120,6 +120,59 @@ def test_a_reduction_past_the_l1_takes_pixel_tiles_too():
     compiled = compile_model(model, board=board)
     assert [c["attrs"].get("pixel_multiple") for c in _convs(compiled.graph)] == [6]
     x = np.random.default_rng(0).uniform(-1, 1, (1, 1024, 7, 7)).astype(np.float32)
+    (want,) = ort_outputs(model, {"x": x})
+    (got,) = run_model(model, {"x": x}, board=board)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def _projection(cin: int, hw: int, stride: int) -> onnx.ModelProto:
+    """A 3x3 conv (blocked layout from there on) then a 1x1 conv to 64 channels at
+    ``stride``, each with bias and ReLU: a residual block's projection."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(2)
+    w3 = (rng.standard_normal((cin, cin, 3, 3)) / np.sqrt(9 * cin)).astype(np.float32)
+    w1 = (rng.standard_normal((64, cin, 1, 1)) / np.sqrt(cin)).astype(np.float32)
+    b3, b1 = rng.standard_normal(cin).astype(np.float32), np.zeros(64, np.float32)
+    out = -(-hw // stride)
+    nodes = [
+        helper.make_node("Conv", ["x", "w3", "b3"], ["c3"], pads=[1] * 4),
+        helper.make_node("Relu", ["c3"], ["r3"]),
+        helper.make_node("Conv", ["r3", "w1", "b1"], ["c1"], strides=[stride] * 2),
+        helper.make_node("Relu", ["c1"], ["y"]),
+    ]
+    inits = {"w3": w3, "b3": b3, "w1": w1, "b1": b1}
+    graph = helper.make_graph(
+        nodes,
+        "projection",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, out, out])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize(
+    "cin,hw,stride,multiple",
+    [
+        (64, 14, 2, 6),  # a residual block's projection
+        (512, 28, 2, 6),  # 1.6 MB in, every other row read: 0.8 MB, within twice the L2
+        (512, 28, 1, None),  # the same input read whole outgrows it: the row tile
+    ],
+)
+def test_strided_1x1_convs_take_pixel_tiles_where_the_rows_they_read_fit(cin, hw, stride, multiple):
+    """A strided 1x1 conv's pixels read their own input addresses, so it takes pixel
+    tiles like an unstrided one, the L2 rule counting the input rows it reads (every
+    stride-th); the build matches ONNX Runtime."""
+    model = _projection(cin, hw, stride)
+    board = dataclasses.replace(HOST256, cache=Cache(l1d_kib=32, l2_kib=512))
+    compiled = compile_model(model, board=board)
+    marks = {
+        tuple(c["attrs"]["strides"]): c["attrs"].get("pixel_multiple")
+        for c in _convs(compiled.graph)
+    }
+    assert marks[(stride, stride)] == multiple
+    x = np.random.default_rng(0).uniform(-1, 1, (1, cin, hw, hw)).astype(np.float32)
     (want,) = ort_outputs(model, {"x": x})
     (got,) = run_model(model, {"x": x}, board=board)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

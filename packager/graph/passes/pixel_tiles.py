@@ -1,4 +1,4 @@
-"""Give each blocked 1x1 stride-1 conv the ``pixel_multiple`` its CPU target's schedule
+"""Give each blocked unpadded 1x1 conv the ``pixel_multiple`` its CPU target's schedule
 tiles pixels by (ops/conv_pixels_schedule.py): a function from graph to graph that
 changes node attributes only, so the memory plan and the params stay as they are.
 
@@ -15,7 +15,8 @@ from ..ir import Graph, Node
 
 def _pixel_conv(node: Node, graph: Graph) -> dict | None:
     """The conv node dict (a fused group's inner one) that can take pixel tiles: an
-    ungrouped, unpadded 1x1 stride-1 float conv on blocked data with constant filters."""
+    ungrouped, unpadded 1x1 float conv on blocked data with constant filters (strided
+    ones too: each pixel of the tile reads its own input address)."""
     convs = []
     if node.op == "conv2d_nchwc":
         convs = [{"op": node.op, "attrs": node.attrs, "inputs": node.inputs}]
@@ -31,7 +32,6 @@ def _pixel_conv(node: Node, graph: Graph) -> dict | None:
     ok = (
         int(a.get("groups", 1)) == 1
         and not a.get("spanned")
-        and list(a.get("strides") or [1, 1]) == [1, 1]
         and not any(a.get("pads") or [])
         and tuple(w.shape[2:4]) == (1, 1)
         and x.shape[4] == w.shape[4] > 1
@@ -46,7 +46,9 @@ def with_pixel_multiple(node: Node, graph: Graph, target) -> Node:
     if conv is None:
         return node
     x, w = (graph.values[i] for i in conv["inputs"][:2])
-    multiple = pixel_multiple(target, w.shape[0], x.nbytes)
+    # a strided conv reads every stride-th input row (and whole lines of those rows)
+    rows_read = int((conv["attrs"].get("strides") or [1, 1])[0])
+    multiple = pixel_multiple(target, w.shape[0], x.nbytes // rows_read)
     if multiple == 1:
         return node
     attrs = {**conv["attrs"], "pixel_multiple": multiple}
