@@ -74,6 +74,7 @@ class Tuning:
         self.foreign: list[dict] = []  # the foreign records of this build's kernels
         self.tuned: list[str] = []
         self.fallback: list[str] = []  # "label: why"
+        self.waiting = 0  # of the fallbacks, kernels whose records wait for confirm rounds
 
     def pick_algorithm(self, plan):
         """A conv_algorithms policy and its gain, as (pick, gain). pick: the variant with
@@ -123,6 +124,7 @@ class Tuning:
             self.foreign.append(self.others[(family, key)])
         if rec is None and (family, key) in self.unconfirmed:
             self.fallback.append(f"{name}: records not confirmed (tune again to confirm them)")
+            self.waiting += 1
             return None
         if rec is None:
             self.fallback.append(f"{name}: no record")
@@ -151,10 +153,9 @@ class Tuning:
             head = f"{n} of {n} tunable kernels use"
         lines = [f"{head} default schedules: run `{tune_command}` to tune them"]
         lines += [self._foreign_line()] if self.foreign else []
-        waiting = sum("records not confirmed" in f for f in self.fallback)
-        if waiting:
+        if self.waiting:
             lines.append(
-                f"{waiting} of them have records never confirmed (a run older than the "
+                f"{self.waiting} of them have records never confirmed (a run older than the "
                 "confirm rounds): tuning again confirms them without a new search"
             )
         if verbose:
