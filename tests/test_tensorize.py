@@ -6,6 +6,7 @@ vmull.s8) and its outputs under qemu-user equal the host's."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -122,6 +123,28 @@ def test_elementwise_intrinsic_replaces_the_lane_loop_or_names_the_constant(k):
     got = np.empty((5, 8), np.int32)
     build_kernel(func)(xv, yv, got)
     np.testing.assert_array_equal(got, xv * 3 + yv)
+
+
+def test_an_intrinsics_compiler_hints_reach_the_kernel_that_calls_it():
+    """A kernel takes the hints of the intrinsics it calls beside its schedule's own
+    (C renders them as pragmas); an intrinsic asking for a hint nobody knows is refused
+    when a stage is tensorized with it."""
+    x, y = te.placeholder((5, 8), "int32", "x"), te.placeholder((5, 8), "int32", "y")
+    out = te.compute(
+        (5, 8), lambda i, j: x[(i, j)] * te.const(3, "int32") + y[(i, j)], name="axpb_out"
+    )
+    plain = _axpb_intrin(3)
+    hinted = dataclasses.replace(plain, hints=frozenset({"no_predictive_commoning"}))
+    pragma = '#pragma GCC optimize("no-predictive-commoning")'
+    for intrin, want in ((plain, frozenset()), (hinted, {"no_predictive_commoning"})):
+        sch = te.create_schedule(out)
+        sch[out].tensorize(out.op.axis[1], intrin)
+        func = te.lower(sch, [x, y, out], "k_axpb")
+        assert func.hints == want
+        assert (pragma in codegen_c(func)) is bool(want)
+    sch = te.create_schedule(out)
+    with pytest.raises(ValueError, match=r"pk_axpb3: unknown compiler hints \['fast'\]"):
+        sch[out].tensorize(out.op.axis[1], dataclasses.replace(plain, hints=frozenset({"fast"})))
 
 
 def test_wrong_activation_type_is_refused():

@@ -242,7 +242,7 @@ def schedule_conv2d_nchwc_cpu(ctx: ScheduleContext) -> Schedule:
         # a straight-line body this long misses the instruction cache and takes the
         # compiler seconds; every setting of the knobs before the unroll ones fits
         raise ValueError(f"conv tile: {body} unrolled multiply-adds (most {MAX_UNROLLED})")
-    if carried_taps_spill(conv, tile.oc):
+    if carried_taps_spill(conv, tile.oc, kw):
         sch.hint("no_predictive_commoning")
     if pad is not None:
         _schedule_pad(sch, pad, pad_at)
@@ -290,8 +290,9 @@ def default_outer_order(conv: te.Tensor, target, passes: int) -> str:
     return "oh_oc" if input_outgrows_l2(size, target, passes) else "oc_oh"
 
 
-def carried_taps_spill(conv: te.Tensor, oc_tile: int) -> bool:
-    """Whether GCC's predictive commoning (-O2 and up) would spill the tile: a tap's
+def carried_taps_spill(conv: te.Tensor, oc_tile: int, kw: int) -> bool:
+    """Whether GCC's predictive commoning (-O2 and up) would spill the tile of
+    ``oc_tile`` blocks of a conv ``kw`` taps wide: a tap's
     broadcast activations are the next column's of the tap before, and GCC carries them
     from one tap to the next in registers, beside the accumulators. Where they outnumber
     the registers it spilled both to the stack every step (objdump, GCC 12 -O3):
@@ -303,7 +304,6 @@ def carried_taps_spill(conv: te.Tensor, oc_tile: int) -> bool:
     47 ms), Inception v1's 5x5 convs 0.21-0.28x their time (the model 0.86x), the
     SqueezeNet and ShuffleNet stems 0.82x and 0.97x. Elsewhere it is left on: with it off
     for every kernel, tv_resnet18's 3x3 convs ran 1.00-1.04x, its Winograd ones 1.01-1.04x."""
-    kw = {a.var.name: a.extent for a in conv.op.reduce_axis}.get("rk1", 1)
     strides = conv.op.attrs.get("strides", [1, 1])
     if kw >= 5 and strides[-1] == 1:
         return True

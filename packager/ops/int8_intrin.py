@@ -224,18 +224,7 @@ def _gcc_pragma(line: str) -> str:
 # applies them to every function after them, and still inlines the ones before).
 # With 512-bit intrinsics the rest of the kernel (the requantize epilogue) vectorizes
 # at that width too: GCC prefers 256-bit vectors by default on these cores.
-# The int16 pairs of a k x k conv: GCC's predictive commoning (GCC 12 runs it at -O2 too)
-# sees that a tap's pair is the next column's pair of the tap before, keeps the tile's
-# pairs in xmm registers, rotates them with moves and broadcasts each from a register:
-# 3 instructions for the one vbroadcastss from memory, in the loop that bounds the
-# conv. ResNet-18-style int8 on AVX2 (bench/ab_bundles.py, 4 rounds): 7x7 convs
-# 2.13-2.26 -> 1.81-1.93 ms, the stem 2.95 -> 2.33, all kernels 29.4 -> 27.4 ms. The
-# fp32 Winograd kernels ran 3-5% slower with it on the whole bundle, so it stays with
-# this body.
-PRAGMAS = {
-    "avx512_vnni": _gcc_pragma('target("prefer-vector-width=512")'),
-    "avx2_taps": _gcc_pragma('optimize("no-predictive-commoning")'),
-}
+PRAGMAS = {"avx512_vnni": _gcc_pragma('target("prefer-vector-width=512")')}
 PRAGMAS["avx512bw"] = PRAGMAS["avx512f"] = PRAGMAS["avx512_vnni"]
 
 
@@ -760,7 +749,7 @@ def _pair_x86(width: int, from_memory: bool = False):
     int32 read let GCC keep the pairs of neighbouring taps in general registers and move
     each to a vector (vmovd + vpbroadcastd): 3 instructions a step where AVX2 has 16
     vector registers. The float read alone still left GCC's predictive commoning the
-    same rotation through xmm registers, which the body's pragma (PRAGMAS) turns off.
+    same rotation through xmm registers, which the body's hint (_PAIR_HINTS) turns off.
     A 1x1 conv has no such reuse and keeps the int32 read (measured 3-5% faster there)."""
     p, si = {512: ("_mm512", "si512"), 256: ("_mm256", "si256")}[width]
     step = width // 32
@@ -813,12 +802,24 @@ def _pair_body(lanes: int, target: CpuTarget) -> str | None:
     return "avx2" if lanes % 8 == 0 else None
 
 
+# The int16 pairs of a k x k conv: GCC's predictive commoning (GCC 12 runs it at -O2 too)
+# sees that a tap's pair is the next column's pair of the tap before, keeps the tile's
+# pairs in xmm registers, rotates them with moves and broadcasts each from a register:
+# 3 instructions for the one vbroadcastss from memory, in the loop that bounds the
+# conv. ResNet-18-style int8 on AVX2 (bench/ab_bundles.py, 4 rounds): 7x7 convs
+# 2.13-2.26 -> 1.81-1.93 ms, the stem 2.95 -> 2.33, all kernels 29.4 -> 27.4 ms. The
+# fp32 Winograd kernels ran 3-5% slower with it off for the whole bundle, so only the
+# kernels calling this body ask for it.
+_PAIR_HINTS = {"avx2_taps": frozenset({"no_predictive_commoning"})}
+
+
 @functools.cache
 def _pair(lanes: int, isa: str | None) -> TensorIntrin:
     name = f"pk_pair_s16x{lanes}_{isa or 'scalar'}"
     c_def = _c_def(name, "int16", lanes, isa, _PAIR_ISAS, depth=2, wt="int16")
     label = _PAIR_ISAS[isa][0] if isa else "scalar"
-    return TensorIntrin(name, pair_declaration(lanes), c_def, label)
+    hints = _PAIR_HINTS.get(isa, frozenset())
+    return TensorIntrin(name, pair_declaration(lanes), c_def, label, hints)
 
 
 def pair_intrin(lanes: int, target: CpuTarget, taps: bool = False) -> TensorIntrin:

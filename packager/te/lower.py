@@ -355,7 +355,11 @@ class _Lowering:
         body = _allocate(temps, seq(*nests))
         body = _Finish(self.ranges).visit(body)
         body = _hoist_allocations(body)
-        return PrimFunc(self.name, self.params, body, hints=frozenset(self.sch.hints))
+        hints = set(self.sch.hints)
+        for st in self.sch.stages:
+            if st.tensorized:
+                hints |= st.tensorized[1].hints
+        return PrimFunc(self.name, self.params, body, hints=frozenset(hints))
 
 
 def _guard(conds: list, s: Stmt) -> Stmt:

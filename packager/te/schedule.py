@@ -173,8 +173,14 @@ class Stage:
     def tensorize(self, iv: IterVar, intrin) -> None:
         """Replace the loops from leaf ``iv`` inward with one call of ``intrin`` (a
         te.tensorize.TensorIntrin). Lowering checks those loops compute the intrinsic's
-        declaration and raises TensorizeError naming this stage otherwise."""
+        declaration and raises TensorizeError naming this stage otherwise. The kernel
+        takes the compiler hints the intrinsic asks for (``intrin.hints``)."""
         self._leaf_pos(iv)
+        unknown = sorted(set(intrin.hints) - HINTS)
+        if unknown:
+            raise ValueError(
+                f"{intrin.name}: unknown compiler hints {unknown}; known: {sorted(HINTS)}"
+            )
         self.tensorized = (iv, intrin)
 
     # --- placement ---
@@ -205,7 +211,8 @@ class Stage:
 # "no_predictive_commoning": GCC's predictive commoning carries a wide tile's broadcast
 # activations from one tap to the next (the column a tap further right is the next
 # column's of the tap before) and spills them with the accumulators
-# (conv_schedule.carried_taps_spill).
+# (conv_schedule.carried_taps_spill); an int16-pair tap loop on AVX2 has the same
+# rotation (int8_intrin.pair_intrin).
 HINTS = frozenset({"no_predictive_commoning"})
 
 

@@ -28,12 +28,15 @@ class TensorizeError(ValueError):
 class TensorIntrin:
     """``decl``: the compute the intrinsic performs (its body a Reduce of loads of
     placeholders); ``name``: the C function; ``c_def``: its definition; ``isa``: the
-    instructions it uses, for people (``avx512_vnni vpdpbusd``)."""
+    instructions it uses, for people (``avx512_vnni vpdpbusd``); ``hints``: compiler
+    hints (te.schedule.HINTS) the kernel that calls it needs, which lowering adds to
+    the schedule's own."""
 
     name: str
     decl: Tensor
     c_def: str
     isa: str = ""
+    hints: frozenset[str] = frozenset()
 
     @property
     def inputs(self) -> list[Tensor]:
