@@ -81,6 +81,9 @@ def conv_flops(node: dict, graph: dict) -> float:
         per_out *= d
     if len(w) == 6:  # blocked weights (OC/y, IC/x, KH, KW, x, y): reduction is IC*KH*KW
         per_out = w[1] * w[2] * w[3] * w[4]
+    if any(op.startswith("conv2d_winograd") for op in node.get("ops", [])):
+        # transformed filters (a, a, OC/y, IC, y) of a 3x3 conv: the direct conv's IC*3*3
+        per_out = w[3] * 9
     return 2.0 * n_out * per_out
 
 
