@@ -24,8 +24,14 @@ from packager.tune.tuner import Options, tune_task
 from .test_tune_host import direct_task
 
 
+def _true_cost(i: int) -> float:
+    """Config i's time: 1 + i % 7 ms, and i ns more, so no two configs tie (with ties
+    the winner would hang on which configs a search happened to draw)."""
+    return 1e-3 * (1 + i % 7) + 1e-9 * i
+
+
 class _Lucky:
-    """Answers without the board: config i takes 1 + i % 7 ms, except the second config
+    """Answers without the board: config i takes _true_cost(i), except the second config
     the search asks for, whose first measurement came at a quiet moment (1 us) and every
     later one at its true 9 ms."""
 
@@ -44,7 +50,7 @@ class _Lucky:
             if i == self.lucky:
                 seconds = 1e-6 if asked.count(i) == 1 else 9e-3
             else:
-                seconds = 1e-3 * (1 + i % 7)
+                seconds = _true_cost(i)
             out.append(Measurement(i, knobs, [seconds] * 3, extra={"caches": FLUSHED}))
         return out
 
@@ -75,9 +81,9 @@ def test_a_lucky_measurement_does_not_win(conv_onnx, tmp_path):
     confirms = [r for r in log.records() if confirming(r)]
     assert sorted(r["config"]["index"] for r in confirms) == sorted([*picks] * CONFIRM_ROUNDS)
     # the lucky config measured 9 ms in every round: the next fastest wins
-    want = min(picks - {stub.lucky}, key=lambda i: i % 7)
-    assert res.best_index == want and res.best_cost == 1e-3 * (1 + want % 7)
-    assert res.default_cost == 1e-3 * (1 + space.default_index() % 7)
+    want = min(picks - {stub.lucky}, key=_true_cost)
+    assert res.best_index == want and res.best_cost == _true_cost(want)
+    assert res.default_cost == _true_cost(space.default_index())
     chosen = choose(log.records())
     assert chosen["config"]["index"] == want and cost(chosen) == res.best_cost
 
