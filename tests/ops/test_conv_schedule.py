@@ -156,13 +156,19 @@ def test_pointwise_rule_leaves_other_convs_and_128_bits():
 @pytest.mark.parametrize(
     "c, k, stride, hw, bits, want",
     [
-        (3, 7, 2, 224, 256, (1, 14)),  # a stem reading plain NCHW: one block, 14 columns
-        (3, 3, 2, 224, 256, (1, 14)),
-        (64, 3, 1, 56, 256, (2, 7)),  # channel lanes: the general rule
-        (3, 7, 2, 224, 512, (4, 4)),  # 32 registers: the general rule
+        (3, 7, 2, 224, 256, (1, 1, 14)),  # a stem reading plain NCHW: one block, 14 columns
+        (3, 3, 2, 224, 256, (1, 1, 14)),
+        (64, 3, 1, 56, 256, (2, 1, 7)),  # channel lanes: the general rule
+        (3, 7, 2, 224, 512, (1, 2, 7)),  # 32 registers: one block, two rows of 7 columns
+        (3, 3, 1, 224, 512, (1, 2, 7)),
+        (3, 7, 2, 221, 512, (4, 1, 3)),  # 111 rows (odd): the general rule
+        (3, 7, 2, 219, 512, (2, 1, 11)),  # 110 columns, none of 7 (5 the most below): ...
+        (64, 3, 1, 56, 512, (4, 1, 4)),  # channel lanes: the general rule
     ],
 )
-def test_a_plain_input_conv_takes_one_block_at_16_registers(c, k, stride, hw, bits, want):
+def test_a_plain_input_conv_takes_one_block(c, k, stride, hw, bits, want):
+    """A stem: one block and 14 columns at 16 registers, and two rows of 7 at 32
+    (plain_stem_tile), where its output has them."""
     args, out, anchor = conv_group(c=c, oc=64, hw=(hw, hw), k=k, stride=stride, pad=k // 2)
     cfg = Config()
     _, attrs, tensor = anchor
@@ -170,7 +176,25 @@ def test_a_plain_input_conv_takes_one_block_at_16_registers(c, k, stride, hw, bi
 
     target = CpuTarget(vector_bits=bits, cores=1)
     get_op("conv2d_nchwc").schedules["cpu"](ScheduleContext([out], tensor, attrs, cfg, target))
-    assert (cfg.as_dict()["tile_oc"], cfg.as_dict()["tile_ow"]) == want
+    knobs = cfg.as_dict()
+    assert (knobs["tile_oc"], knobs["tile_oh"], knobs["tile_ow"]) == want
+
+
+def test_a_stems_two_row_tile_computes_the_conv():
+    """The 512-bit stem tile (one block, two rows of 7 columns) over a small 7x7
+    stride-2 conv reading plain NCHW, against the evaluator."""
+    from packager.ops.registry import ScheduleContext
+
+    args, out, anchor = conv_group(c=3, oc=32, hw=(28, 28), k=7, stride=2, pad=3)
+    cfg = Config()
+    _, attrs, tensor = anchor
+    sch = get_op("conv2d_nchwc").schedules["cpu"](
+        ScheduleContext([out], tensor, attrs, cfg, AVX512)
+    )
+    knobs = cfg.as_dict()
+    assert (knobs["tile_oc"], knobs["tile_oh"], knobs["tile_ow"]) == (1, 2, 7)
+    got, want = run_schedule(sch, args, out)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize(
