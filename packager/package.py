@@ -93,6 +93,7 @@ def compile_model(
     graph, plan = prepare_graph(model, board, input_shapes, path, disabled_passes, say)
     gpu = Target.opencl(board) if board is not None and board.opencl is not None else None
     weights = sum(v.nbytes for v in graph.consts())
+    target = Target.cpu(board or _host())
     budget, gain = None, conv_algorithms.model_gain
     if conv_algorithm is not None:  # what the caller asked for, whatever its size
         pick = conv_algorithms.forced(conv_algorithm)
@@ -100,10 +101,9 @@ def compile_model(
         pick = conv_algorithms.forced(conv_algorithms.DIRECT)
     else:
         budget = conv_algorithms.filter_budget(memory_bytes(board or _host()), weights)
-        pick = conv_algorithms.by_default
+        pick = conv_algorithms.by_default(target)
         if tuning is not None:
-            pick, gain = tuning.pick_algorithm(plan)
-    target = Target.cpu(board or _host())
+            pick, gain = tuning.pick_algorithm(plan, target)
     chosen = conv_algorithms.choose(graph, pick, budget, gain, tile_multiple(target))
     if chosen.nodes != graph.nodes:  # new filters: the params' storage is re-planned
         graph, plan = chosen, plan_memory(chosen)

@@ -148,10 +148,19 @@ WINOGRAD_MIN_OUT_CHANNELS = 32
 WINOGRAD_MIN_PRODUCTS = 16 * 64  # input x output channels
 WINOGRAD_4_MIN_SIZE = 24  # output rows and columns: F(4x4) from here (won at 27, lost at 14)
 WINOGRAD_2_MIN_SIZE = 10  # F(2x2) up to F(4x4)'s size (won at 13, lost at 7); direct below
+# At 512 bits (AVX-512, 32 registers) F(2x2) from 7x7 outputs where the conv has at least
+# this many channel products: on a Zen 4 (1 thread, bench/ab_bundles.py, 4 rounds, the
+# changed kernels against the others) tv_resnet18's layer4 512 -> 512 convs 6.37 -> 5.20
+# ms (0.82x; the rest 1.005x) and ResNet-50's 512 -> 512 at 7x7 0.80x (0.98x), where
+# Inception v2's 7x7 convs (up to 192 x 320 products) ran alike (0.99x, 0.99x) and
+# DenseNet-121's 128 -> 32 ones 1.75x slower.
+WINOGRAD_2_WIDE_MIN_SIZE = 7
+WINOGRAD_2_WIDE_MIN_PRODUCTS = 256 * 256
 
 
-def default_algorithm(node: Node, graph: Graph) -> str:
-    """The algorithm of an eligible conv no tuning record decides (see above)."""
+def default_algorithm(node: Node, graph: Graph, target=None) -> str:
+    """The algorithm of an eligible conv no tuning record decides (see above) on
+    ``target`` (a CpuTarget; None: the rule of narrower vectors)."""
     conv = _inner_conv(node)
     x, w = (graph.values[i] for i in conv["inputs"][:2])
     channels_in = x.shape[1] * x.shape[4]
@@ -163,20 +172,28 @@ def default_algorithm(node: Node, graph: Graph) -> str:
         or channels_out < WINOGRAD_MIN_OUT_CHANNELS
         or channels_in * channels_out < WINOGRAD_MIN_PRODUCTS
     )
-    if few or size < WINOGRAD_2_MIN_SIZE:
+    wide = (
+        target is not None
+        and target.vector_bits >= 512
+        and channels_in * channels_out >= WINOGRAD_2_WIDE_MIN_PRODUCTS
+    )
+    least = WINOGRAD_2_WIDE_MIN_SIZE if wide else WINOGRAD_2_MIN_SIZE
+    if few or size < least:
         return DIRECT
     return "winograd_4" if size >= WINOGRAD_4_MIN_SIZE else "winograd_2"
-
-
-def by_default(k: int, node: Node, trial: list) -> str:
-    """The policy of a build without tuning records or a forced algorithm."""
-    return default_algorithm(node, trial[0][2])
 
 
 # pick(node index, node, [(algorithm, node, graph-with-it)]) -> the algorithm to use
 Pick = Callable[[int, Node, list], str]
 # gain(node index, Winograd variant, trial) -> seconds it saves over the direct conv
 Gain = Callable[[int, Variant, list], float]
+
+
+def by_default(target=None) -> Pick:
+    """The policy of a build for ``target`` without tuning records or a forced
+    algorithm: pick(node index, node, trial) -> default_algorithm's choice."""
+    return lambda k, node, trial: default_algorithm(node, trial[0][2], target)
+
 
 # A board with less RAM than this gets a budget for transformed filters; one with more
 # (or of unknown memory) keeps every Winograd form its policy picks.

@@ -76,8 +76,9 @@ class Tuning:
         self.fallback: list[str] = []  # "label: why"
         self.waiting = 0  # of the fallbacks, kernels whose records wait for confirm rounds
 
-    def pick_algorithm(self, plan):
-        """A conv_algorithms policy and its gain, as (pick, gain). pick: the variant with
+    def pick_algorithm(self, plan, target=None):
+        """A conv_algorithms policy and its gain on ``target`` (a CpuTarget; None: the
+        untuned rule of narrower vectors), as (pick, gain). pick: the variant with
         the fastest record where the form the untuned rule (conv_algorithms.
         default_algorithm) takes has one, else that form: records that never measured it
         (none at all, a run that left it out with ``--conv-algorithm``, or records from
@@ -89,6 +90,8 @@ class Tuning:
         from ..graph.conv_algorithms import by_default, model_gain
         from ..lowering import kernel_key
 
+        untuned_pick = by_default(target)
+
         def costs(k, trial) -> dict[str, float]:
             found = {}
             for algorithm, n, g in trial:
@@ -99,7 +102,7 @@ class Tuning:
 
         def pick(k, node, trial):
             found = costs(k, trial)
-            untuned = by_default(k, node, trial)
+            untuned = untuned_pick(k, node, trial)
             return min(found, key=found.get) if untuned in found else untuned
 
         def gain(k, variant, trial):

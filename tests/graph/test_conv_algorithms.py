@@ -15,6 +15,7 @@ from packager.boards import load_board
 from packager.graph import conv_algorithms as ca
 from packager.ops.conv_winograd import matrices
 from packager.package import compile_model, prepare_graph
+from packager.target import CpuTarget
 
 from ..helpers import ort_outputs, run_model
 
@@ -166,7 +167,7 @@ def test_cli_build_with_a_forced_algorithm(tmp_path, cli):
 def test_untuned_rule_by_shape(c, oc, hw, want):
     graph, (node,) = _convs(_conv_model(c=c, oc=oc, hw=hw))
     assert ca.default_algorithm(node, graph) == want
-    out = ca.choose(graph, ca.by_default)
+    out = ca.choose(graph, ca.by_default())
     ops = [n["op"] for node in out.nodes for n in node.attrs.get("nodes", [])]
     assert ("conv2d_winograd_nchwc" in ops) is (want != "direct")
     if want != "direct":
@@ -182,8 +183,12 @@ def test_untuned_build_follows_the_rule_and_direct_can_be_forced():
         inner = [n for node in compiled.graph.nodes for n in node.attrs.get("nodes", [])]
         return sorted(n["attrs"]["tile"] for n in inner if n["op"] == "conv2d_winograd_nchwc")
 
-    # stride-1 3x3 convs: two at 28x28 (64 ch), one each at 14x14 (128), 7x7, 4x4
-    assert tiles(compile_model(model)) == [2, 4, 4]
+    # stride-1 3x3 convs: two at 28x28 (64 ch), one each at 14x14 (128), 7x7 (256), 4x4;
+    # at 512 bits the 7x7 one takes F(2x2) too
+    avx2 = load_board("host-avx2")
+    avx512 = dataclasses.replace(avx2, vector_bits=512, features=(*avx2.features, "avx512f"))
+    assert tiles(compile_model(model, avx2)) == [2, 4, 4]
+    assert tiles(compile_model(model, avx512)) == [2, 2, 4, 4]
     assert tiles(compile_model(model, conv_algorithm="direct")) == []
     (want,) = ort_outputs(model, {"input": x})
     (got,) = run_model(model, {"input": x})
@@ -238,6 +243,27 @@ def _tuned_conv():
                 tuning.best[("cpu", key)] = {"result": {"costs": [seconds[algorithm]]}}
 
     return (node, graph, plan, k, trial), tuning, records
+
+
+@pytest.mark.parametrize(
+    "c,oc,hw,bits,want",
+    [
+        (512, 512, 7, 512, "winograd_2"),  # ResNet's layer4 at 512 bits
+        (256, 256, 7, 512, "winograd_2"),
+        (512, 512, 7, 256, "direct"),  # 16 registers: the narrow rule
+        (512, 512, 6, 512, "direct"),  # under 7x7
+        (192, 320, 7, 512, "direct"),  # Inception's: too few channel products
+        (128, 32, 7, 512, "direct"),  # DenseNet-121's growth convs
+        (64, 64, 56, 512, "winograd_4"),  # wider outputs: as at 256 bits
+    ],
+)
+def test_untuned_rule_at_512_bits_takes_f2_from_7x7_for_many_channels(c, oc, hw, bits, want):
+    graph, (node,) = _convs(_conv_model(c=c, oc=oc, hw=hw))
+    target = CpuTarget(vector_bits=bits)
+    assert ca.default_algorithm(node, graph, target) == want
+    out = ca.choose(graph, ca.by_default(target))
+    ops = [n["op"] for node in out.nodes for n in node.attrs.get("nodes", [])]
+    assert ("conv2d_winograd_nchwc" in ops) is (want != "direct")
 
 
 def test_a_tuned_build_weighs_each_form_by_its_records():
