@@ -246,7 +246,8 @@ def make_parser() -> argparse.ArgumentParser:
         choices=ALGORITHMS,
         help="run every 3x3 stride-1 conv with this algorithm (default: per conv, the "
         "fastest one the tuning records measured, else by shape: winograd_4 from 24x24 "
-        "outputs, winograd_2 from 10x10, direct below, or under 16 input or 64 output "
+        "outputs, winograd_2 from 10x10 (at 512 bits from 7x7 where input x output "
+        "channels reach 256 x 256), direct below, or under 16 input or 32 output "
         "channels; with ram_mb under 2048, transformed filters add at most 28%% of the "
         "weights). Winograd "
         "does fewer multiplies; its rounding error is up to ~1e-5 of an output's scale "
