@@ -93,14 +93,15 @@ def compile_model(
     graph, plan = prepare_graph(model, board, input_shapes, path, disabled_passes, say)
     gpu = Target.opencl(board) if board is not None and board.opencl is not None else None
     weights = sum(v.nbytes for v in graph.consts())
-    target = Target.cpu(board or _host())
+    cpu_board = board or _host()  # loaded (and detected) once for the target and its RAM
+    target = Target.cpu(cpu_board)
     budget, gain = None, conv_algorithms.model_gain
     if conv_algorithm is not None:  # what the caller asked for, whatever its size
         pick = conv_algorithms.forced(conv_algorithm)
     elif gpu is not None:  # the GPU schedules are direct convolutions
         pick = conv_algorithms.forced(conv_algorithms.DIRECT)
     else:
-        budget = conv_algorithms.filter_budget(memory_bytes(board or _host()), weights)
+        budget = conv_algorithms.filter_budget(memory_bytes(cpu_board), weights)
         pick = conv_algorithms.by_default(target)
         if tuning is not None:
             pick, gain = tuning.pick_algorithm(plan, target)
