@@ -78,6 +78,13 @@ class CLang(Lang):
     vector_concat: str = "__builtin_shufflevector({a}, {b}, {idx})"
     vector_convert: str | None = "__builtin_convertvector({x}, {type})"
     vector_lane_calls: bool = True
+    # a read prefetch into the L2, not the L1 (locality 2: x86 prefetcht1, aarch64
+    # pldl2keep), where the lines wait without evicting the tile's own; a hint only,
+    # which does not fault
+    prefetch: str | None = (
+        "__builtin_prefetch("
+        "(const void*)((uintptr_t){buf} + (uintptr_t)({index}) * {size}u), 0, 2);"
+    )
     kernel_return: str | None = "return 0;"
     kernel_fail: str = "return 1;"
     intrinsics: bool = True

@@ -55,6 +55,11 @@ through the runtime's thread pool), one of its few methods. The fields:
   ``thread_binding`` loop whose tag is missing is refused.
 * ``barrier``: the workgroup barrier statement, None where the language has none (a
   ``Barrier`` is then refused, naming the kernel).
+* ``prefetch``: the statement that fetches the cache line of ``{buf}[{index}]`` ahead into
+  the core's outer cache
+  (``{size}``: the element's bytes), computing its address without C's
+  pointer rules (a prefetch may point past the buffer: the next tile after the last);
+  None: prefetches print nothing.
 * ``kernel_return``: the kernel's last statement (None for none); ``kernel_fail``: the
   statement that ends it when a heap allocation fails.
 
@@ -118,6 +123,7 @@ from packager.te.ir import (
     BufferLoad,
     For,
     IfThenElse,
+    Prefetch,
     PrimFunc,
     Seq,
     Stmt,
@@ -282,6 +288,7 @@ class Lang:
     bitcast: str = "(({type}){x})"
     thread_index: dict = field(default_factory=dict)
     barrier: str | None = None
+    prefetch: str | None = None
     kernel_return: str | None = None
     kernel_fail: str = ""
     intrinsics: bool = False  # can call a tensorized stage's C intrinsic functions
@@ -458,6 +465,14 @@ class Renderer(StmtVisitor):
         idx = self.expr_cse([a.index for a in [s.out, *s.ins]])
         ptrs = [f"&{self.name(a.buffer)}[{i}]" for a, i in zip([s.out, *s.ins], idx, strict=True)]
         self.emit(f"{intrin.name}({', '.join(ptrs)});")
+
+    def visit_Prefetch(self, s: Prefetch) -> None:
+        if self.lang.prefetch is None:
+            return
+        buf = s.target.buffer
+        index = self.expr_cse([s.target.index])[0]
+        size = SIZE[buf.dtype]
+        self.emit(self.lang.prefetch.format(buf=self.name(buf), index=index, size=size))
 
     def visit_For(self, s: For) -> None:
         if s.kind == "parallel":

@@ -101,6 +101,16 @@ class Allocate(Stmt):
 
 
 @dataclass(eq=False)
+class Prefetch(Stmt):
+    """A hint that ``target``'s element will be read soon: its cache line is fetched
+    ahead. It changes no result; a language without prefetches prints nothing
+    (Schedule.prefetch places them, lowering moves them out of the loops they do not
+    depend on)."""
+
+    target: BufferLoad
+
+
+@dataclass(eq=False)
 class Barrier(Stmt):
     """A workgroup barrier (GPU targets); CPU code generators reject it."""
 

@@ -42,6 +42,7 @@ from .ir import (
     BufferLoad,
     For,
     IfThenElse,
+    Prefetch,
     PrimFunc,
     Seq,
     Stmt,
@@ -191,14 +192,16 @@ class _Lowering:
         index = flat_index(nest.rel_value, buf.shape)
         leaves = st.leaf_iter_vars
         if not reduce:
-            store: Stmt = Store(buf, index, self.to_buffers(value))
+            store: Stmt = seq(
+                *self._prefetches(st, value), Store(buf, index, self.to_buffers(value))
+            )
             if st.tensorized is not None:  # an elementwise intrinsic
                 leaves, store = self._tensorized(st, nest, leaves, None, value, index, buf)
             return self.loops(st, nest, leaves, store, allocs, nest.guards)
         split_at = next((k for k, iv in enumerate(leaves) if iv.kind == "reduce"), len(leaves))
         init = Store(buf, index, identity(reduce, body.dtype))
         update = Store(buf, index, _combine(reduce, BufferLoad(buf, index), self.to_buffers(value)))
-        upd: Stmt = update
+        upd: Stmt = seq(*self._prefetches(st, value), update)
         guards = nest.guards
         if body.where is not None and st.tensorized is None:
             # like a split's guard: just inside the innermost loop it depends on (a mask
@@ -217,6 +220,18 @@ class _Lowering:
             inner, upd = self._tensorized(st, nest, inner, body, value, index, buf)
         upd_nest = self.loops(st, nest, inner, upd, allocs, guards)
         return self.loops(st, nest, leaves[:split_at], seq(init_nest, upd_nest), allocs, [])
+
+    def _prefetches(self, st: Stage, value: Expr) -> list[Prefetch]:
+        """The stage's prefetches (Stage.prefetch): each of its reads of a prefetched
+        tensor, moved along the axis."""
+        out = []
+        for tensor, axis, offset in st.prefetches:
+            for ld in distinct(value, Load):
+                if ld.tensor is tensor:
+                    idx = list(ld.indices)
+                    idx[axis] = idx[axis] + offset
+                    out.append(Prefetch(self.to_buffers(Load(tensor, tuple(idx)))))
+        return out
 
     def _tensorized(self, st: Stage, nest: _Nest, inner: list, reduce, value, index, buf):
         """The update loops that stay, and the intrinsic call replacing the rest
@@ -354,6 +369,7 @@ class _Lowering:
                 nests.append(self.stage_nest(st, region))
         body = _allocate(temps, seq(*nests))
         body = _Finish(self.ranges).visit(body)
+        body = _PlacePrefetches(Simplifier(self.ranges)).visit(body)
         body = _hoist_allocations(body)
         hints = set(self.sch.hints)
         for st in self.sch.stages:
@@ -476,6 +492,38 @@ def _and(conds: list[Expr]) -> Expr:
     for c in conds[1:]:
         out = Binary("and", out, c, "bool")
     return out
+
+
+class _PlacePrefetches(StmtMutator):
+    """Move each prefetch out of the loops its address does not depend on (once per
+    iteration of the loops it does), and out of a vectorized loop at its first lane
+    (a vector's elements share one or two cache lines): a prefetch in the innermost
+    loop of a register tile would otherwise be issued once per accumulator. Parallel
+    loops keep theirs (each task fetches ahead for itself)."""
+
+    def __init__(self, simp: Simplifier):
+        self.simp = simp
+
+    def visit_For(self, s: For) -> Stmt:
+        body = self.visit(s.body)
+        if body is None or s.kind not in ("serial", "rolled", "unrolled", "vectorized"):
+            return dataclasses.replace(s, body=body) if body is not s.body else s
+        parts = body.stmts if isinstance(body, Seq) else [body]
+        out, keep = [], []
+        for x in parts:
+            if not isinstance(x, Prefetch):
+                keep.append(x)
+            elif s.var not in _vars(x.target.index):
+                out.append(x)
+            elif s.kind == "vectorized":
+                first = self.simp(substitute(x.target.index, {s.var: s.min}))
+                out.append(Prefetch(BufferLoad(x.target.buffer, first)))
+            else:
+                keep.append(x)
+        if not keep:
+            return seq(*out)
+        loop = dataclasses.replace(s, body=seq(*keep)) if out or body is not s.body else s
+        return seq(*out, loop)
 
 
 class _Hoist(StmtMutator):

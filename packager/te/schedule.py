@@ -62,6 +62,7 @@ class Stage:
     attach_stage: Stage | None = None
     attach_ivar: IterVar | None = None
     tensorized: tuple | None = None  # (leaf IterVar, TensorIntrin)
+    prefetches: list = field(default_factory=list)  # (tensor, axis, offset): prefetch
 
     def __post_init__(self):
         self.leaf_iter_vars = list(self.op.axis) + list(self.op.reduce_axis)
@@ -181,7 +182,25 @@ class Stage:
             raise ValueError(
                 f"{intrin.name}: unknown compiler hints {unknown}; known: {sorted(HINTS)}"
             )
+        if self.prefetches:
+            raise ValueError(f"tensorize {self.name}: its prefetches would pair no loads")
         self.tensorized = (iv, intrin)
+
+    def prefetch(self, tensor: Tensor, axis: int, offset: int) -> None:
+        """Along with each element of ``tensor`` this stage reads, fetch the cache line
+        of the element ``offset`` further along ``axis`` (a conv's weights for the next
+        tile of output blocks while this tile still computes). Lowering places each
+        prefetch outside the loops its address does not depend on (a vectorized loop's
+        at its first lane); it changes no result."""
+        if self.tensorized is not None:
+            raise ValueError(f"prefetch on {self.name}: a tensorized stage has no loads to pair")
+        if not any(ld.tensor is tensor for ld in distinct(self.op.body, Load)):
+            raise ValueError(f"prefetch on {self.name}: it does not read {tensor.name}")
+        if not 0 <= axis < len(tensor.shape):
+            raise ValueError(f"prefetch {tensor.name}: axis {axis} of {len(tensor.shape)}")
+        if offset == 0:
+            raise ValueError(f"prefetch {tensor.name}: offset 0 fetches what is read anyway")
+        self.prefetches.append((tensor, axis, int(offset)))
 
     # --- placement ---
 
@@ -253,7 +272,12 @@ class Schedule:
         returned tensor's new stage holds the computation (place it with compute_at).
         Call it before any other primitive on ``t``'s stage."""
         st = self[t]
-        if st.relations or st.iter_attrs or st.leaf_iter_vars != _initial_leaves(st.op):
+        if (
+            st.relations
+            or st.iter_attrs
+            or st.prefetches
+            or st.leaf_iter_vars != _initial_leaves(st.op)
+        ):
             raise ValueError(f"cache_write on {st.name}: call it before other primitives")
         op = st.op
         axis = tuple(IterVar(Var(f"{iv.name}_c"), iv.extent) for iv in op.axis)

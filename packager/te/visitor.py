@@ -25,7 +25,7 @@ import functools
 from collections.abc import Callable, Iterator
 
 from .expr import Expr, children
-from .ir import Allocate, Barrier, For, IfThenElse, Seq, Stmt, Store
+from .ir import Allocate, Barrier, For, IfThenElse, Prefetch, Seq, Stmt, Store
 
 # class -> (expression fields, statement fields), in evaluation order.
 FIELDS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -35,6 +35,7 @@ FIELDS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
     IfThenElse: (("cond",), ("then", "else_")),
     Allocate: ((), ("body",)),
     Barrier: ((), ()),
+    Prefetch: (("target",), ()),
 }
 
 

@@ -475,3 +475,55 @@ def test_a_grouped_convs_tile_inside_one_group_shares_its_broadcasts():
     assert reads and not [r for r in reads if "conv_nchwc_i1" in r], reads
     got, want = run_schedule(sch, args, out)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "c, oc, hw, k, want",
+    [
+        (160, 960, 7, 1, True),  # MobileNetV2's expansion: 3 blocks x 160 channels, 30 KB
+        (320, 1280, 7, 1, True),  # 2 blocks x 320: 40 KB, within 1.5x the 32 KiB L1
+        (960, 320, 7, 1, False),  # the projection's 2 x 960: 120 KB, read from L2 anyway
+        (160, 32, 7, 1, False),  # one tile of blocks: nothing follows it
+        (64, 64, 14, 3, False),  # a 3x3 conv's tile: 2 blocks x 64 x 9 taps
+        (64, 256, 28, 1, False),  # 28x28 outputs: each weight serves 784 pixels
+    ],
+)
+def test_which_tiles_prefetch_the_next_weights(c, oc, hw, k, want):
+    """prefetches_next_weights at 512 bits: the tile's weights within 1.5x the L1 and
+    another tile after it."""
+    from packager.ops.conv_schedule import prefetches_next_weights
+    from packager.ops.registry import ScheduleContext
+
+    args, out, anchor = conv_group(c=c, oc=oc, hw=(hw, hw), k=k, stride=1, pad=k // 2, block=16)
+    cfg = Config()
+    _, attrs, tensor = anchor
+    target = CpuTarget(vector_bits=512, cores=1, l1d_bytes=32 << 10)
+    sch = get_op("conv2d_nchwc").schedules["cpu"](
+        ScheduleContext([out], tensor, attrs, cfg, target)
+    )
+    oc_tile = cfg.as_dict()["tile_oc"]
+    weight = args[1]
+    assert prefetches_next_weights(weight, oc // 16, hw * hw, target, oc_tile) is want
+    src = codegen_c(te.lower(sch, [*args, out], "k_conv"))
+    assert ("__builtin_prefetch(" in src) is want
+
+
+def test_a_tile_that_prefetches_computes_the_conv():
+    """160 -> 320 channels over 7x7 (MobileNetV2's expansion, fewer blocks) with the
+    next tile's weights prefetched, against the evaluator; the prefetch reads the
+    weights 3 blocks (the tile) further on, once per input channel and block."""
+    from packager.ops.registry import ScheduleContext
+
+    args, out, anchor = conv_group(c=160, oc=320, hw=(7, 7), k=1, stride=1, pad=0, block=16)
+    cfg = Config()
+    _, attrs, tensor = anchor
+    target = CpuTarget(vector_bits=512, cores=1, l1d_bytes=32 << 10)
+    sch = get_op("conv2d_nchwc").schedules["cpu"](
+        ScheduleContext([out], tensor, attrs, cfg, target)
+    )
+    src = codegen_c(te.lower(sch, [*args, out], "k_conv"))
+    oc_tile = cfg.as_dict()["tile_oc"]
+    (line,) = [x for x in src.splitlines() if "__builtin_prefetch(" in x]
+    assert f"+ {oc_tile * 160 * 16})) * 4u), 0, 2);" in line, line
+    got, want = run_schedule(sch, args, out)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

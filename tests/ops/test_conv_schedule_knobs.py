@@ -118,6 +118,7 @@ def test_defaults_give_the_old_nest(case):
     # broadcasts do not fit walks its blocks inside its columns.
     since = {"reduce_order": ("rcb", "kh", "kw")} if args[0].ndim == 4 else {"unroll_rci": 1}
     since["tile_order"] = "oc_ow"
+    since["prefetch_weights"] = False  # the next tile's weights (prefetches_next_weights)
     conv = find_tagged(anchor[2], "conv")
     if not any(a.var.name.startswith("rk") and a.extent > 1 for a in conv.op.reduce_axis):
         # a 1x1 conv's tile now keeps its weights in the L1 (pointwise_tile)

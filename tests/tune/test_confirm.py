@@ -18,7 +18,7 @@ from packager.tune.log import (
     read_records,
 )
 from packager.tune.measure import Measurement
-from packager.tune.space import space_of
+from packager.tune.space import space_of, valid
 from packager.tune.tuner import Options, tune_task
 
 from .test_tune_host import direct_task
@@ -31,8 +31,9 @@ def _true_cost(i: int) -> float:
 
 
 class _Lucky:
-    """Answers without the board: config i takes _true_cost(i), except the second config
-    the search asks for, whose first measurement came at a quiet moment (1 us) and every
+    """Answers without the board: config i takes _true_cost(i) (a config the template
+    refuses is an error, as on the board), except the second valid config the search
+    asks for, whose first measurement came at a quiet moment (1 us) and every
     later one at its true 9 ms."""
 
     def __init__(self, board):
@@ -41,12 +42,14 @@ class _Lucky:
         self.lucky: int | None = None
 
     def measure(self, task, batch):
-        self.batches.append([i for i, _ in batch])
+        # a config the template refuses is an error, as on the board: no kernel to time
+        batch_ok = [(i, k) for i, k in batch if valid(task, k) is not None]
+        self.batches.append([i for i, _ in batch_ok])
         asked = [i for b in self.batches for i in b]
         if self.lucky is None and len(asked) >= 2:
             self.lucky = asked[1]
-        out = []
-        for i, knobs in batch:
+        out = [Measurement(i, k, [], error="invalid") for i, k in batch if (i, k) not in batch_ok]
+        for i, knobs in batch_ok:
             if i == self.lucky:
                 seconds = 1e-6 if asked.count(i) == 1 else 9e-3
             else:
@@ -67,7 +70,7 @@ def test_a_lucky_measurement_does_not_win(conv_onnx, tmp_path):
     log = TuningLog(tmp_path / "t.jsonl")
     task, stub, res = _tune(conv_onnx, log)
     space = space_of(task)
-    search = [r for r in log.records() if not confirming(r)]
+    search = [r for r in log.records() if not confirming(r) and not r["result"]["error"]]
     assert len(search) == 8
     lucky = min(search, key=cost)
     assert lucky["config"]["index"] == stub.lucky and cost(lucky) == 1e-6
