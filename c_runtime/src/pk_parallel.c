@@ -12,13 +12,15 @@
  * rather than a silent single thread or an unpinned pool.
  *
  * Workers spin briefly for the next job before sleeping (kernels come microseconds apart).
- * Work is handed out one index at a time through an atomic counter: kernels parallelize
- * outer loops whose iterations are large, so the counter is cheap next to the work, and
- * uneven iterations balance themselves. The caller waits only for the workers that took
- * part in a loop: on a busy machine a worker may not run for a scheduler time slice, and
- * the caller then does the whole loop itself instead of waiting for it. A parallel loop
- * inside a parallel loop, or one started while another thread owns the pool, runs
- * serially in the calling thread.
+ * Work is handed out through an atomic counter in chunks of contiguous indices, each a
+ * share of what is left (run_chunks): kernels parallelize outer loops whose iterations
+ * are large, so the counter is cheap next to the work, the chunks shrink towards the end
+ * so uneven iterations balance themselves, and a thread's next index is mostly its own
+ * (a conv tile that prefetches the next tile's weights fetches them for itself). The
+ * caller waits only for the workers that took part in a loop: on a busy machine a worker
+ * may not run for a scheduler time slice, and the caller then does the whole loop itself
+ * instead of waiting for it. A parallel loop inside a parallel loop, or one started while
+ * another thread owns the pool, runs serially in the calling thread.
  */
 #if defined(PK_USE_THREADS) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* pthread_setaffinity_np */

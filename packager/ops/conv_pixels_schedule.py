@@ -8,6 +8,7 @@ Loop nest, the knobs in quotes, defaults first:
       conv tile (a local buffer in registers): for rcb, rci ("unroll_rci": all lanes):
         for pixel, block (unrolled; "tile_p" pixels, "tile_oc" blocks):
           acc[block][pixel][:] += x[pixel broadcast] * w[block vector]
+        ("prefetch_weights": with each weight vector, the next tile's into the L2)
       epilogue: for pixel (guarded past the last), block, lanes (vectorized):
         out = relu(acc + bias) + residual ...
 
@@ -39,6 +40,7 @@ from ._cpu import (
     vector_registers,
 )
 from .registry import ScheduleContext
+from .weight_prefetch import conv_weight, prefetch_next_weights
 
 PIXEL_MULTIPLE = 6
 PIXEL_BLOCKS = 2  # the default tile's output blocks
@@ -129,4 +131,6 @@ def schedule_pixels_cpu(ctx: ScheduleContext, conv: te.Tensor) -> Schedule:
     cs.unroll(ob2)
     if vec:
         cs.vectorize(oi2)
+    pixels = out.shape[2] * out.shape[3]
+    prefetch_next_weights(cfg, cs, conv_weight(conv), pixels, ctx.target, oc)
     return sch

@@ -51,6 +51,7 @@ from ._cpu import (
 from .conv_pixels_schedule import schedule_pixels_cpu
 from .dwconv_schedule import is_depthwise, schedule_depthwise_cpu
 from .registry import ScheduleContext, register_schedule
+from .weight_prefetch import conv_weight, prefetch_next_weights
 
 # Accumulators one register tile may use. Measured on AVX2/AVX-512 (EPYC, GCC -O2):
 # 2 blocks x 7 columns (14 accumulators) runs at ~93% of the FMA peak, while 8
@@ -273,7 +274,7 @@ def schedule_conv2d_nchwc_cpu(ctx: ScheduleContext) -> Schedule:
         sch.hint("no_predictive_commoning")
     if pad is not None:
         _schedule_pad(sch, pad, pad_at)
-    weight = _weight(conv)
+    weight = conv_weight(conv)  # before cache_write turns the stage into its copy
     if conv is out:
         # no epilogue: the tile accumulates in registers and is copied out, as with one;
         # summed in the output, GCC loaded and stored it around every multiply-add
@@ -282,12 +283,7 @@ def schedule_conv2d_nchwc_cpu(ctx: ScheduleContext) -> Schedule:
     outer = _tile_output(sch[out], tile)
     sch[conv].compute_at(sch[out], outer)
     _order_reduction(sch[conv], tile)
-    if weight is not None and cfg.define(
-        "prefetch_weights",
-        (False, True),
-        prefetches_next_weights(weight, out_blocks, out_h * out_w, ctx.target, tile.oc),
-    ):
-        sch[conv].prefetch(weight, 0, tile.oc)
+    prefetch_next_weights(cfg, sch[conv], weight, out_h * out_w, ctx.target, tile.oc)
     return sch
 
 
@@ -322,40 +318,6 @@ def default_outer_order(conv: te.Tensor, target, passes: int) -> str:
     x = conv.op.input_tensors[0]
     size = math.prod(x.shape) * np.dtype(x.dtype).itemsize
     return "oh_oc" if input_outgrows_l2(size, target, passes) else "oc_oh"
-
-
-PREFETCH_TILE_L1 = 1.5
-PREFETCH_MOST_PIXELS = 14 * 14
-
-
-def prefetches_next_weights(
-    weight: te.Tensor, out_blocks: int, pixels: int, target, oc_tile: int
-) -> bool:
-    """Whether a tile of ``oc_tile`` of a conv's ``out_blocks`` output blocks fetches the
-    next tile's ``weight`` into the L2 as it reads its own (Stage.prefetch): where the
-    output has at most 14x14 ``pixels``, the tile's weights fit 1.5x the L1, and another
-    tile follows. A tile of output blocks reads its weights once per output row, the
-    first time from memory where the model's weights do not stay in the caches between
-    runs; over few pixels that first read is a large part of its time, and fetched while
-    the tile before computes, the weights arrive early. Measured on a Zen 4 (32 KiB L1,
-    1 MiB L2, 1 thread, bench/ab_bundles.py, 4-5 rounds, tv_mobilenet_v2): its
-    expanding 1x1 convs at 7x7 and 14x14 0.88-0.97x their time (160 -> 960: 0.875x,
-    320 -> 1280 with its 40 KB tile: 0.91x), the kernels left alike 1.00x. Tried and
-    not taken: every conv with a next tile (the projections' 2 x 960-channel tiles,
-    read from the L2 every row anyway, 1.01-1.06x; ResNet-50's 1x1 convs at 56x56 and
-    28x28 up to 1.12x, each weight serving hundreds of pixels), and prefetching into the
-    L1 (its own weights evicted: the gains halved)."""
-    if out_blocks // oc_tile < 2 or pixels > PREFETCH_MOST_PIXELS:
-        return False
-    tile_bytes = oc_tile * math.prod(weight.shape[1:]) * np.dtype(weight.dtype).itemsize
-    return tile_bytes <= PREFETCH_TILE_L1 * (target.l1d_bytes or DEFAULT_L1_BYTES)
-
-
-def _weight(conv: te.Tensor) -> te.Tensor | None:
-    """The conv reduction's packed weight (the 6-d tensor it reads, conv_nchwc.py); None
-    for a stage that reads none (a compute scheduled before, cache_write's copy)."""
-    found = [t for t in conv.op.input_tensors if t.ndim == 6]
-    return found[0] if len(found) == 1 else None
 
 
 def carried_taps_spill(conv: te.Tensor, oc_tile: int, kw: int) -> bool:

@@ -53,7 +53,7 @@ from .schedule import Fuse, Schedule, Split, Stage
 from .simplify import INT_RANGE, Simplifier
 from .tensorize import Intrinsic, TensorizeError
 from .tensorize import match as tensorize_match
-from .visitor import StmtMutator
+from .visitor import StmtMutator, walk_exprs
 
 _COMBINE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
 
@@ -498,32 +498,61 @@ class _PlacePrefetches(StmtMutator):
     """Move each prefetch out of the loops its address does not depend on (once per
     iteration of the loops it does), and out of a vectorized loop at its first lane
     (a vector's elements share one or two cache lines): a prefetch in the innermost
-    loop of a register tile would otherwise be issued once per accumulator. Parallel
-    loops keep theirs (each task fetches ahead for itself)."""
+    loop of a register tile would otherwise be issued once per accumulator. A prefetch
+    under a loop it depends on, itself under one it does not (a tile's blocks inside
+    its pixels), leaves with a loop of its own over the first. Parallel loops keep
+    theirs (each task fetches ahead for itself)."""
 
     def __init__(self, simp: Simplifier):
         self.simp = simp
 
     def visit_For(self, s: For) -> Stmt:
         body = self.visit(s.body)
-        if body is None or s.kind not in ("serial", "rolled", "unrolled", "vectorized"):
+        if body is None or s.kind not in _SERIAL_KINDS + ("vectorized",):
             return dataclasses.replace(s, body=body) if body is not s.body else s
-        parts = body.stmts if isinstance(body, Seq) else [body]
         out, keep = [], []
-        for x in parts:
-            if not isinstance(x, Prefetch):
-                keep.append(x)
-            elif s.var not in _vars(x.target.index):
+        for x in _parts(body):
+            if _prefetch_only(x) and not _uses_var(x, s.var):
                 out.append(x)
-            elif s.kind == "vectorized":
+            elif isinstance(x, Prefetch) and s.kind == "vectorized":
                 first = self.simp(substitute(x.target.index, {s.var: s.min}))
                 out.append(Prefetch(BufferLoad(x.target.buffer, first)))
+            elif isinstance(x, For) and x.kind in _SERIAL_KINDS and not _prefetch_only(x):
+                inner = _parts(x.body)
+                moved = [p for p in inner if _prefetch_only(p) and not _uses_var(p, s.var)]
+                if moved:
+                    out.append(dataclasses.replace(x, body=seq(*moved)))
+                    x = dataclasses.replace(x, body=seq(*[p for p in inner if p not in moved]))
+                keep.append(x)
             else:
                 keep.append(x)
         if not keep:
             return seq(*out)
-        loop = dataclasses.replace(s, body=seq(*keep)) if out or body is not s.body else s
-        return seq(*out, loop)
+        if not out and body is s.body:
+            return s
+        return seq(*out, dataclasses.replace(s, body=seq(*keep)))
+
+
+_SERIAL_KINDS = ("serial", "rolled", "unrolled")
+
+
+def _parts(s: Stmt) -> list[Stmt]:
+    return list(s.stmts) if isinstance(s, Seq) else [s]
+
+
+def _prefetch_only(s: Stmt) -> bool:
+    """A prefetch, or a serial loop of nothing but prefetches."""
+    if isinstance(s, Prefetch):
+        return True
+    return (
+        isinstance(s, For)
+        and s.kind in _SERIAL_KINDS
+        and all(_prefetch_only(p) for p in _parts(s.body))
+    )
+
+
+def _uses_var(s: Stmt, var: Var) -> bool:
+    return any(e is var for e in walk_exprs(s))
 
 
 class _Hoist(StmtMutator):

@@ -152,3 +152,19 @@ def test_hot_loop_keeps_its_tile_in_registers(tmp_path, lanes):
     weights = [t for t in loop if re.match(r"vmov\w+\s+[^%]*\((?!%rsp)", t)]
     assert len(weights) == lanes * 2, loop
     assert len(stack) <= (0 if lanes == 1 else 4), stack
+
+
+@pytest.mark.parametrize(
+    "hw,knobs,want",
+    [((7, 7), {}, True), ((28, 28), {}, False), ((7, 7), {"prefetch_weights": False}, False)],
+)
+def test_a_pixel_tile_prefetches_the_next_pairs_weights(hw, knobs, want):
+    """Over at most 14x14 pixels (weight_prefetch.prefetches_next_weights) the tile of 2
+    blocks fetches the next pair's weights, 2 blocks x 2 input blocks x 8 x 8 floats on,
+    into the L2 (locality 2); the knob turns it off."""
+    args, out, anchor = _group(16, 32, hw, "relu")
+    c = codegen_c(te.lower(schedule_for([out], anchor, AVX2, knobs), [*args, out], "k_px"))
+    lines = [x for x in c.splitlines() if "__builtin_prefetch(" in x]
+    assert bool(lines) is want
+    if want:
+        assert all(x.endswith(f"+ {2 * 2 * 8 * 8})) * 4u), 0, 2);") for x in lines), lines

@@ -491,8 +491,8 @@ def test_a_grouped_convs_tile_inside_one_group_shares_its_broadcasts():
 def test_which_tiles_prefetch_the_next_weights(c, oc, hw, k, want):
     """prefetches_next_weights at 512 bits: the tile's weights within 1.5x the L1 and
     another tile after it."""
-    from packager.ops.conv_schedule import prefetches_next_weights
     from packager.ops.registry import ScheduleContext
+    from packager.ops.weight_prefetch import prefetches_next_weights
 
     args, out, anchor = conv_group(c=c, oc=oc, hw=(hw, hw), k=k, stride=1, pad=k // 2, block=16)
     cfg = Config()
@@ -503,7 +503,7 @@ def test_which_tiles_prefetch_the_next_weights(c, oc, hw, k, want):
     )
     oc_tile = cfg.as_dict()["tile_oc"]
     weight = args[1]
-    assert prefetches_next_weights(weight, oc // 16, hw * hw, target, oc_tile) is want
+    assert prefetches_next_weights(weight, hw * hw, target, oc_tile) is want
     src = codegen_c(te.lower(sch, [*args, out], "k_conv"))
     assert ("__builtin_prefetch(" in src) is want
 

@@ -85,16 +85,37 @@ def test_without_prefetch_nothing_is_printed():
     assert not _prefetches(te.lower(s, list(args), "k_pf"))
 
 
-def test_a_prefetch_leaves_a_serial_loop_it_does_not_use():
-    """B[k + 1, j] under loops k, j, i (serial): issued once per (k, j), not per i."""
+def _rows_of_b_ahead(inner_j: bool):
+    """C's loops k, i, j (``inner_j``) or k, j, i, serial, prefetching B[k + 1, j]."""
     A, B, C = _matmul()
     s = te.create_schedule(C)
     i, j = s[C].op.axis
     (k,) = s[C].op.reduce_axis
-    s[C].reorder(k, j, i)
+    s[C].reorder(k, i, j) if inner_j else s[C].reorder(k, j, i)
     s[C].prefetch(B, 0, 1)
-    ((loops, _),) = _prefetches(te.lower(s, [A, B, C], "k_pf"))
+    return s, [A, B, C]
+
+
+def test_a_prefetch_leaves_a_serial_loop_it_does_not_use():
+    """B[k + 1, j] under loops k, j, i (serial): issued once per (k, j), not per i."""
+    s, args = _rows_of_b_ahead(inner_j=False)
+    ((loops, _),) = _prefetches(te.lower(s, args, "k_pf"))
     assert loops == ["k", "C_i1"]
+
+
+def test_a_prefetch_leaves_with_a_loop_of_its_own():
+    """B[k + 1, j] under loops k, i, j: the prefetch needs j but not i, so it leaves i in
+    a loop over j of its own, ahead of the i loop (once per (k, j), not per (k, i, j)),
+    and the kernel still computes the product."""
+    s, args = _rows_of_b_ahead(inner_j=True)
+    ((loops, _),) = _prefetches(te.lower(s, args, "k_pf"))
+    assert loops == ["k", "C_i1"]
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((6, 5)).astype(np.float32)
+    b = rng.standard_normal((5, 32)).astype(np.float32)
+    (c,), src = run(s, args, "k_pf", [a, b])
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+    assert src.count("__builtin_prefetch(") == 1
 
 
 def test_prefetch_refusals():
