@@ -56,9 +56,8 @@ through the runtime's thread pool), one of its few methods. The fields:
 * ``barrier``: the workgroup barrier statement, None where the language has none (a
   ``Barrier`` is then refused, naming the kernel).
 * ``prefetch``: the statement that fetches the cache line of ``{buf}[{index}]`` ahead into
-  the core's outer cache
-  (``{size}``: the element's bytes), computing its address without C's
-  pointer rules (a prefetch may point past the buffer: the next tile after the last);
+  the core's outer cache (``{size}``: the element's bytes), computing its address without
+  C's pointer rules (a prefetch may point past the buffer: the next tile after the last);
   None: prefetches print nothing.
 * ``kernel_return``: the kernel's last statement (None for none); ``kernel_fail``: the
   statement that ends it when a heap allocation fails.

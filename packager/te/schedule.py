@@ -20,6 +20,7 @@ from .expr import (
     Const,
     IterVar,
     Load,
+    PlaceholderOp,
     Tensor,
     Var,
     compute,
@@ -194,6 +195,10 @@ class Stage:
         at its first lane); it changes no result."""
         if self.tensorized is not None:
             raise ValueError(f"prefetch on {self.name}: a tensorized stage has no loads to pair")
+        if not isinstance(tensor.op, PlaceholderOp):
+            raise ValueError(
+                f"prefetch {tensor.name}: not a kernel argument (a stage's buffer is local)"
+            )
         if not any(ld.tensor is tensor for ld in distinct(self.op.body, Load)):
             raise ValueError(f"prefetch on {self.name}: it does not read {tensor.name}")
         if not 0 <= axis < len(tensor.shape):

@@ -128,6 +128,9 @@ def test_prefetch_refusals():
         s[C].prefetch(B, 2, 1)
     with pytest.raises(ValueError, match="offset 0 fetches what is read anyway"):
         s[C].prefetch(B, 0, 0)
+    row = te.compute((32,), lambda j: C[0, j], name="row")  # reads the stage C
+    with pytest.raises(ValueError, match="prefetch C: not a kernel argument"):
+        te.create_schedule(row)[row].prefetch(C, 0, 1)
     s[C].prefetch(B, 1, 8)
     with pytest.raises(ValueError, match="call it before other primitives"):
         s.cache_write(C, "local")
