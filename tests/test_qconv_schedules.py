@@ -254,6 +254,29 @@ def test_avx2_pair_tiles_of_kxk_convs_take_more_channel_blocks(k, tile):
         )
 
 
+@pytest.mark.parametrize("hw,want", [(7, True), (16, False)])
+def test_an_integer_tile_prefetches_the_next_tiles_weights(hw, want):
+    """A 1x1 conv on int16 pairs at 256 bits over 7x7 outputs (at most 14x14:
+    weight_prefetch.prefetches_next_weights): before each intrinsic call the tile (one
+    block x 7 columns on this row) fetches the next block's weights, 4 pair steps x 8
+    lanes x 2 int16s on, and computes what the simple schedule does; over 16x16 it
+    fetches nothing ahead."""
+    inputs, attrs = qconv_case("uint8", 8, c=8, oc=32, hw=hw, k=1)
+    attrs["pads"] = [0] * 4
+    x, w, rq = inputs
+    pairs = [_blocked(x, 8, 0), _as_pairs(w), rq]
+    battrs = attrs | {"c": x.shape[1]}
+    target = CpuTarget(vector_bits=256, features=("avx2", "fma"))
+    src = codegen_c(qconv_func(pairs, battrs, target)[0])
+    lines = [x for x in src.splitlines() if "__builtin_prefetch(" in x]
+    assert bool(lines) is want
+    assert all(x.endswith(f"+ {4 * 8 * 2})) * 2u), 0, 2);") for x in lines), lines
+    if "avx2" in _cpu_flags():
+        np.testing.assert_array_equal(
+            run_host(pairs, battrs, target), run_host(inputs, attrs, None)
+        )
+
+
 @pytest.mark.parametrize("hw,tile", [(28, (2, 7)), (4, (4, 4))])
 def test_vnni_tiles_take_seven_columns_where_the_row_has_them(hw, tile):
     """At 512 bits a quad tile of 4 blocks x 4 columns becomes 2 x 7 on a row of 28

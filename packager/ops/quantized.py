@@ -48,6 +48,7 @@ from .int8_intrin import (
 )
 from .pad import pad_tensor
 from .registry import ScheduleContext, register_op, register_schedule
+from .weight_prefetch import conv_weight, prefetch_next_weights
 
 I32, I64 = "int32", "int64"
 
@@ -828,6 +829,7 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
         for iv in (rk0, rk1):
             st.keep_rolled(iv)
     st.tensorize(oi, intrin)
+    prefetch_next_weights(cfg, st, conv_weight(acc), acc.shape[2] * cols, ctx.target, t_oc)
     _epilogue_at(ctx, sch, rqb, st_out, owo)
     return sch
 

@@ -1,6 +1,6 @@
 """Fetching the next tile's weights (Stage.prefetch) in the CPU conv templates
-(conv_schedule.py's row tiles, conv_pixels_schedule.py's pixel tiles): the knob
-``prefetch_weights`` and its default."""
+(conv_schedule.py's row tiles, conv_pixels_schedule.py's pixel tiles, quantized.py's
+integer tiles): the knob ``prefetch_weights`` and its default."""
 
 from __future__ import annotations
 
@@ -39,9 +39,10 @@ def prefetches_next_weights(weight: te.Tensor, pixels: int, target, oc_tile: int
 
 
 def conv_weight(conv: te.Tensor) -> te.Tensor | None:
-    """The conv reduction's packed weight (the 6-d tensor it reads, conv_nchwc.py); None
-    for a stage that reads none (a compute scheduled before, cache_write's copy)."""
-    found = [t for t in conv.op.input_tensors if t.ndim == 6]
+    """The conv reduction's packed weight: the 6-d kernel argument it reads, output
+    blocks first (conv_nchwc.py, quantized.qconv2d); None for a stage that reads none (a
+    compute scheduled before, cache_write's copy)."""
+    found = [t for t in conv.op.input_tensors if t.ndim == 6 and isinstance(t.op, te.PlaceholderOp)]
     return found[0] if len(found) == 1 else None
 
 

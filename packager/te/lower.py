@@ -197,6 +197,7 @@ class _Lowering:
             )
             if st.tensorized is not None:  # an elementwise intrinsic
                 leaves, store = self._tensorized(st, nest, leaves, None, value, index, buf)
+                store = seq(*self._call_prefetches(st, store), store)
             return self.loops(st, nest, leaves, store, allocs, nest.guards)
         split_at = next((k for k, iv in enumerate(leaves) if iv.kind == "reduce"), len(leaves))
         init = Store(buf, index, identity(reduce, body.dtype))
@@ -218,6 +219,7 @@ class _Lowering:
         )
         if st.tensorized is not None:
             inner, upd = self._tensorized(st, nest, inner, body, value, index, buf)
+            upd = seq(*self._call_prefetches(st, upd), upd)
         upd_nest = self.loops(st, nest, inner, upd, allocs, guards)
         return self.loops(st, nest, leaves[:split_at], seq(init_nest, upd_nest), allocs, [])
 
@@ -231,6 +233,18 @@ class _Lowering:
                     idx = list(ld.indices)
                     idx[axis] = idx[axis] + offset
                     out.append(Prefetch(self.to_buffers(Load(tensor, tuple(idx)))))
+        return out
+
+    def _call_prefetches(self, st: Stage, call: Intrinsic) -> list[Prefetch]:
+        """A tensorized stage's prefetches: each read of a prefetched tensor by the
+        intrinsic call (at the first element it reads), moved along the axis."""
+        out = []
+        for tensor, axis, offset in st.prefetches:
+            buf = self.buffers[id(tensor)][0]
+            step = offset * math.prod(tensor.shape[axis + 1 :])
+            for arg in call.ins:
+                if arg.buffer is buf:
+                    out.append(Prefetch(BufferLoad(buf, arg.index + step)))
         return out
 
     def _tensorized(self, st: Stage, nest: _Nest, inner: list, reduce, value, index, buf):

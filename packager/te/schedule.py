@@ -183,8 +183,6 @@ class Stage:
             raise ValueError(
                 f"{intrin.name}: unknown compiler hints {unknown}; known: {sorted(HINTS)}"
             )
-        if self.prefetches:
-            raise ValueError(f"tensorize {self.name}: its prefetches would pair no loads")
         self.tensorized = (iv, intrin)
 
     def prefetch(self, tensor: Tensor, axis: int, offset: int) -> None:
@@ -192,9 +190,8 @@ class Stage:
         of the element ``offset`` further along ``axis`` (a conv's weights for the next
         tile of output blocks while this tile still computes). Lowering places each
         prefetch outside the loops its address does not depend on (a vectorized loop's
-        at its first lane); it changes no result."""
-        if self.tensorized is not None:
-            raise ValueError(f"prefetch on {self.name}: a tensorized stage has no loads to pair")
+        at its first lane); it changes no result. A tensorized stage pairs its intrinsic
+        call's reads of ``tensor`` (the first element each call reads)."""
         if not isinstance(tensor.op, PlaceholderOp):
             raise ValueError(
                 f"prefetch {tensor.name}: not a kernel argument (a stage's buffer is local)"

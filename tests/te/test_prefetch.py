@@ -136,19 +136,26 @@ def test_prefetch_refusals():
         s.cache_write(C, "local")
 
 
-def test_a_tensorized_stage_takes_no_prefetch():
-    x = te.placeholder((4,), name="x")
-    y = te.placeholder((4,), name="y")
-    out = te.compute((4,), lambda i: x[i] + y[i], name="out")
-    intrin = TensorIntrin("vadd4", out, c_def="")
+def test_a_tensorized_stage_prefetches_ahead_of_its_calls():
+    """An elementwise intrinsic over 4 elements of x and y: prefetching x 4 on puts one
+    prefetch of x[i + 4] ahead of each call (at the first element the call reads), none
+    for y."""
+    x = te.placeholder((16,), name="x")
+    y = te.placeholder((16,), name="y")
+    out = te.compute((16,), lambda i: x[i] + y[i], name="out")
+    xd, yd = te.placeholder((4,), name="xd"), te.placeholder((4,), name="yd")
+    intrin = TensorIntrin("vadd4", te.compute((4,), lambda i: xd[i] + yd[i], name="d"), "")
     s = te.create_schedule(out)
+    io, ii = s[out].split(s[out].op.axis[0], 4)
+    s[out].tensorize(ii, intrin)
     s[out].prefetch(x, 0, 4)
-    with pytest.raises(ValueError, match="its prefetches would pair no loads"):
-        s[out].tensorize(s[out].op.axis[0], intrin)
-    s2 = te.create_schedule(out)
-    s2[out].tensorize(s2[out].op.axis[0], intrin)
-    with pytest.raises(ValueError, match="a tensorized stage has no loads to pair"):
-        s2[out].prefetch(x, 0, 4)
+    func = te.lower(s, [x, y, out], "k_pf")
+    ((loops, pf),) = _prefetches(func)
+    assert loops == ["out_i0_o"] and pf.target.buffer.name == "x"
+    lines = codegen_c(func).splitlines()
+    k = next(n for n, line in enumerate(lines) if "__builtin_prefetch(" in line)
+    assert "(uintptr_t)x + (uintptr_t)(((out_i0_o * 4) + 4)) * 4u), 0, 2);" in lines[k]
+    assert any(x.strip().startswith("vadd4(") for x in lines[k + 1 : k + 3])  # then the call
 
 
 def test_the_for_loops_keep_their_kinds():
