@@ -27,7 +27,10 @@ def prefetches_next_weights(weight: te.Tensor, pixels: int, target, oc_tile: int
     Zen 4 (32 KiB L1, 1 MiB L2, 1 thread, bench/ab_bundles.py, 4-5 rounds,
     tv_mobilenet_v2 at 512 bits): its expanding 1x1 convs at 7x7 and 14x14 0.88-0.97x
     their time (160 -> 960: 0.875x, 320 -> 1280 with its 40 KB tile: 0.91x), the
-    kernels left alike 1.00x. Tried and not taken: every conv with a next tile (the
+    kernels left alike 1.00x; the AVX2 code's pixel tiles on the same machine 0.81-0.93x
+    (9 kernels 0.91x), and its integer tiles 0.94x with VNNI, 0.98x on AVX2 int16 pairs
+    (22 kernels each). ARM boards take the same rule (aarch64 prfm pldl2keep, armv7
+    pld), unmeasured there. Tried and not taken: every conv with a next tile (the
     projections' 2 x 960-channel tiles, read from the L2 every row anyway, 1.01-1.06x;
     ResNet-50's 1x1 convs at 56x56 and 28x28 up to 1.12x, each weight serving hundreds
     of pixels), and prefetching into the L1 (its own weights evicted: the gains
