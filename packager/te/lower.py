@@ -191,18 +191,17 @@ class _Lowering:
         buf, _ = self.buffers[id(st.tensor)]
         index = flat_index(nest.rel_value, buf.shape)
         leaves = st.leaf_iter_vars
+        loaded = self.to_buffers(value)
         if not reduce:
-            store: Stmt = seq(
-                *self._prefetches(st, value), Store(buf, index, self.to_buffers(value))
-            )
+            store: Stmt = seq(*self._prefetches(st, loaded), Store(buf, index, loaded))
             if st.tensorized is not None:  # an elementwise intrinsic
                 leaves, store = self._tensorized(st, nest, leaves, None, value, index, buf)
-                store = seq(*self._call_prefetches(st, store), store)
+                store = seq(*self._prefetches(st, store.ins), store)
             return self.loops(st, nest, leaves, store, allocs, nest.guards)
         split_at = next((k for k, iv in enumerate(leaves) if iv.kind == "reduce"), len(leaves))
         init = Store(buf, index, identity(reduce, body.dtype))
-        update = Store(buf, index, _combine(reduce, BufferLoad(buf, index), self.to_buffers(value)))
-        upd: Stmt = seq(*self._prefetches(st, value), update)
+        update = Store(buf, index, _combine(reduce, BufferLoad(buf, index), loaded))
+        upd: Stmt = seq(*self._prefetches(st, loaded), update)
         guards = nest.guards
         if body.where is not None and st.tensorized is None:
             # like a split's guard: just inside the innermost loop it depends on (a mask
@@ -219,32 +218,21 @@ class _Lowering:
         )
         if st.tensorized is not None:
             inner, upd = self._tensorized(st, nest, inner, body, value, index, buf)
-            upd = seq(*self._call_prefetches(st, upd), upd)
+            upd = seq(*self._prefetches(st, upd.ins), upd)
         upd_nest = self.loops(st, nest, inner, upd, allocs, guards)
         return self.loops(st, nest, leaves[:split_at], seq(init_nest, upd_nest), allocs, [])
 
-    def _prefetches(self, st: Stage, value: Expr) -> list[Prefetch]:
-        """The stage's prefetches (Stage.prefetch): each of its reads of a prefetched
-        tensor, moved along the axis."""
-        out = []
-        for tensor, axis, offset in st.prefetches:
-            for ld in distinct(value, Load):
-                if ld.tensor is tensor:
-                    idx = list(ld.indices)
-                    idx[axis] = idx[axis] + offset
-                    out.append(Prefetch(self.to_buffers(Load(tensor, tuple(idx)))))
-        return out
-
-    def _call_prefetches(self, st: Stage, call: Intrinsic) -> list[Prefetch]:
-        """A tensorized stage's prefetches: each read of a prefetched tensor by the
-        intrinsic call (at the first element it reads), moved along the axis."""
+    def _prefetches(self, st: Stage, reads) -> list[Prefetch]:
+        """The stage's prefetches (Stage.prefetch): each read of a prefetched tensor, in
+        the stage's value (an expression) or an intrinsic call's operands (a list of
+        loads, each the first element the call reads), moved ``offset`` along the axis:
+        by its stride in the argument's flat buffer."""
+        loads = distinct(reads, BufferLoad)
         out = []
         for tensor, axis, offset in st.prefetches:
             buf = self.buffers[id(tensor)][0]
             step = offset * math.prod(tensor.shape[axis + 1 :])
-            for arg in call.ins:
-                if arg.buffer is buf:
-                    out.append(Prefetch(BufferLoad(buf, arg.index + step)))
+            out += [Prefetch(BufferLoad(buf, ld.index + step)) for ld in loads if ld.buffer is buf]
         return out
 
     def _tensorized(self, st: Stage, nest: _Nest, inner: list, reduce, value, index, buf):
