@@ -4,8 +4,11 @@ Logs come from ``--tuning-log FILE``, from ``tuning_logs/<board>/*.jsonl`` shipp
 the product and from the user's ``~/.local/share/packager/tuning_logs/<board>/*.jsonl``
 (packager/resources.py). Each kernel builds with the config whose confirm rounds (the
 tuner's last measurements of a task, log.choose) have the lowest median; a kernel whose
-records were never confirmed keeps its default schedule. A record applies when board
-name, target family and kernel key match, it was measured on this target (its
+records were never confirmed keeps its default schedule, and so does one whose records
+were measured on kernels that have changed since (log.measures_today: their task's
+default config then made other code than it makes now); where the chosen config no longer
+makes the code it timed, the next best confirmed config that does is taken. A record
+applies when board name, target family and kernel key match, it was measured on this target (its
 ``"target"`` equals the kernel target's ``Target.fingerprint()``) and its knobs still form
 a setting of the template's current space (a template that changed since the log was
 written falls back to defaults, and says so).
@@ -21,9 +24,9 @@ from pathlib import Path
 
 from .. import resources
 from ..target import targets_of
-from .log import choose, cost, read_records, record_family
-from .space import space_of
-from .tasks import Task, template_of
+from .log import choose, cost, measures_today, ranked, read_records, record_family
+from .space import space_of, valid
+from .tasks import CODE_FAMILIES, Task, kernel_code, template_of
 
 
 def log_files(board_name: str, extra=()) -> list[Path]:
@@ -54,27 +57,23 @@ class Tuning:
                     continue
                 key = (record_family(r), r["task"]["key"])
                 found[r.get("target") not in own].setdefault(key, []).append(r)
-        # the record each kernel builds with (log.choose), and the kernels whose records
-        # were never confirmed
-        self.own: dict[tuple[str, str], dict] = {}
+        # this target's records, chosen per kernel when a build asks for it (_choose needs
+        # the kernel's task); the record chosen (or None) and why not (REASONS), by kernel
+        self._records = found[0]
+        self.best: dict[tuple[str, str], dict | None] = {}
+        self._why: dict[tuple[str, str], str] = {}
+        self._tasks: dict[tuple[str, str], Task | None] = {}
         self.others: dict[tuple[str, str], dict] = {}
-        self.unconfirmed: set[tuple[str, str]] = set()
-        for key, recs in found[0].items():
-            rec = choose(recs)
-            if rec is not None:
-                self.own[key] = rec
-            elif any(cost(r) < float("inf") for r in recs):
-                self.unconfirmed.add(key)
         for key, recs in found[1].items():  # no evidence here either way: confirmed or not
             good = [r for r in recs if cost(r) < float("inf")]
             rec = choose(recs) or (min(good, key=cost) if good else None)
             if rec is not None:
                 self.others[key] = rec
-        self.best = {**self.others, **self.own} if use_foreign else self.own
         self.foreign: list[dict] = []  # the foreign records of this build's kernels
         self.tuned: list[str] = []
         self.fallback: list[str] = []  # "label: why"
         self.waiting = 0  # of the fallbacks, kernels whose records wait for confirm rounds
+        self.stale = 0  # of the fallbacks, kernels whose records are of changed kernels
 
     def pick_algorithm(self, plan, target=None):
         """A conv_algorithms policy and its gain on ``target`` (a CpuTarget; None: the
@@ -95,7 +94,9 @@ class Tuning:
         def costs(k, trial) -> dict[str, float]:
             found = {}
             for algorithm, n, g in trial:
-                rec = self.best.get(("cpu", kernel_key(n, g, plan.inplace.get(k, ()))))
+                inplace = plan.inplace.get(k, ())
+                task = self._task(kernel_key(n, g, inplace), n, g, inplace)
+                rec = self._applied(task) if task is not None else None
                 if rec is not None:
                     found[algorithm] = cost(rec)
             return found
@@ -115,34 +116,68 @@ class Tuning:
 
     def knobs_for(self, key: str, node, graph, inplace=(), target=None) -> dict | None:
         """Knobs of the kernel on ``target`` (None: the board's cpu)."""
-        family = target.family if target is not None else "cpu"
-        template = template_of(node, graph, family)
-        if template is None:
+        task = self._task(key, node, graph, inplace, target)
+        if task is None:
             return None  # not tunable: nothing to report
-        task = Task(key, template, node, graph, tuple(inplace), self.board, target)
+        family = task.family
         where = f", {family}" if family != "cpu" else ""
         name = f"{node.source or node.op} ({task.label}{where})"
-        rec = self.best.get((family, key))
-        if (family, key) not in self.own and (family, key) in self.others:
+        rec = self._applied(task)
+        if self.best.get((family, key)) is None and (family, key) in self.others:
             self.foreign.append(self.others[(family, key)])
-        if rec is None and (family, key) in self.unconfirmed:
-            self.fallback.append(f"{name}: records not confirmed (tune again to confirm them)")
-            self.waiting += 1
-            return None
         if rec is None:
-            self.fallback.append(f"{name}: no record")
+            why = self._why.get((family, key), NO_RECORD)
+            self.waiting += why == UNCONFIRMED
+            self.stale += why == CHANGED
+            self.fallback.append(f"{name}: {why}")
             return None
         if not self.use_foreign and rec.get("target") != task.target.fingerprint():
             self.fallback.append(f"{name}: record of another target")
             return None
-        knobs = rec["config"]["knobs"]
         space = space_of(task)
-        index = space.index_of(knobs)
+        index = space.index_of(rec["config"]["knobs"])
         if index is None:
             self.fallback.append(f"{name}: record does not fit the template's knobs")
             return None
         self.tuned.append(name)
         return space.get(index)  # the template's own values (JSON turned tuples to lists)
+
+    def _task(self, key: str, node, graph, inplace=(), target=None) -> Task | None:
+        """The kernel's task (None: not tunable), made once per kernel."""
+        family = target.family if target is not None else "cpu"
+        if (family, key) not in self._tasks:
+            template = template_of(node, graph, family)
+            self._tasks[(family, key)] = template and Task(
+                key, template, node, graph, tuple(inplace), self.board, target
+            )
+        return self._tasks[(family, key)]
+
+    def _applied(self, task: Task) -> dict | None:
+        """The record the kernel builds with: this target's chosen one (_choose), else with
+        ``use_foreign`` another target's."""
+        key = (task.family, task.key)
+        if key not in self.best:
+            self.best[key], self._why[key] = self._choose(task, self._records.get(key, []))
+        rec = self.best[key]
+        return rec if rec is not None or not self.use_foreign else self.others.get(key)
+
+    def _choose(self, task: Task, records: list[dict]) -> tuple[dict | None, str]:
+        """The best confirmed config (log.ranked) among the records measured on today's
+        kernels (log.measures_today) whose own kernel is still the one timed, or None
+        and why not."""
+        if not any(cost(r) < float("inf") for r in records):
+            return None, NO_RECORD
+        today = [r for r in records if measures_today(r, task)]
+        if not any(cost(r) < float("inf") for r in today):
+            return None, CHANGED
+        best = ranked(today)
+        if not best:
+            return None, UNCONFIRMED
+        space = space_of(task)
+        for rec in best:
+            if _same_kernel(task, space, rec):
+                return rec, ""
+        return None, CHANGED
 
     def report(self, tune_command: str, verbose: bool = False) -> list[str]:
         """One line on how many tunable kernels use tuned schedules, with the command that
@@ -156,6 +191,11 @@ class Tuning:
             head = f"{n} of {n} tunable kernels use"
         lines = [f"{head} default schedules: run `{tune_command}` to tune them"]
         lines += [self._foreign_line()] if self.foreign else []
+        if self.stale:
+            lines.append(
+                f"{self.stale} of them have records measured on kernels that have changed since "
+                "(another version of the packager): tuning again measures them anew"
+            )
         if self.waiting:
             lines.append(
                 f"{self.waiting} of them have records never confirmed (a run older than the "
@@ -179,6 +219,23 @@ class Tuning:
         if self.use_foreign:
             return f"{head}; applied (--use-foreign-records)"
         return f"{head}; not applied: --use-foreign-records to apply them"
+
+
+NO_RECORD = "no record"
+UNCONFIRMED = "records not confirmed (tune again to confirm them)"
+CHANGED = "records measured on a kernel that has changed since (tune again)"
+
+
+def _same_kernel(task: Task, space, rec: dict) -> bool:
+    """Whether the record's config still makes the kernel it timed (its code)."""
+    if task.family not in CODE_FAMILIES:
+        return True
+    index = space.index_of(rec["config"]["knobs"])
+    if index is None:
+        return True  # knobs_for says it does not fit the template
+    if index == space.default_index():
+        return rec["config"].get("code") == task.base_code
+    return rec["config"].get("code") == kernel_code(task, valid(task, space.get(index)))
 
 
 def describe_target(fingerprint: dict | None) -> str:

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 
 from ..safe_paths import signals_held
+from .space import valid
+from .tasks import CODE_FAMILIES, kernel_code
 
 VERSION = 1
 CONFIRM_ROUNDS = 3  # measurements of each confirmed config
@@ -40,24 +42,40 @@ def make_record(
     error: str | None,
     device=None,
     extra: dict | None = None,
+    prim=None,
 ) -> dict:
     """``device``: the pool device (``user@host:port``) that measured it, for a remote board.
     ``extra``: more fields of the result (an accelerator candidate's ``"measured_by":
     "simulator"``, its ``"cycles"``, a failure's ``"message"``). The record carries the
-    fingerprint of the task's target (``Target.fingerprint``)."""
+    fingerprint of the task's target (``Target.fingerprint``) and what was timed: the
+    config's kernel code and the task's base (tasks.kernel_code; ``prim``: the candidate
+    as it was lowered for the board, else it is lowered here)."""
     result = {"costs": costs, "error": error, "timestamp": round(time.time(), 3)}
     if device:
         result["device"] = device
     result.update(extra or {})
+    config = {"index": index, "knobs": knobs}
+    task_part = {"template": task.template, "key": task.key, "flops": task.flops}
+    if task.family in CODE_FAMILIES:
+        config["code"] = kernel_code(task, prim if prim is not None else valid(task, knobs))
+        task_part["base"] = task.base_code
     return {
         "version": VERSION,
         "board": {"name": board.name, "cpu": board.cpu, "arch": board.arch},
         "target": task.target.fingerprint(),
-        "task": {"template": task.template, "key": task.key, "flops": task.flops},
-        "config": {"index": index, "knobs": knobs},
+        "task": task_part,
+        "config": config,
         "result": result,
         "host": platform.node() if board.is_local else None,
     }
+
+
+def measures_today(record: dict, task) -> bool:
+    """Whether the record was measured on the kernels this packager makes of ``task``: its
+    base is the task's base_code (the default config's code). A record from before
+    records carried code, or of a template or code generator that has changed since, is
+    not; in families whose records are not of compiled code (CODE_FAMILIES) every one is."""
+    return task.family not in CODE_FAMILIES or record["task"].get("base") == task.base_code
 
 
 def record_family(record: dict) -> str:
@@ -108,18 +126,21 @@ def choose(records: list[dict]) -> dict | None:
     ``cost`` of it is that median). A simulated accelerator's cycles do not vary: there
     the fastest record. None: no confirmed config (records of a run that predates the
     confirm rounds; tuning again confirms them without searching anew)."""
+    best = ranked(records)
+    return best[0] if best else None
+
+
+def ranked(records: list[dict]) -> list[dict]:
+    """Every config ``choose`` could take, as it would give it, best first (the build
+    takes the first whose kernel is still the one measured)."""
     if records and all(record_family(r) in EXACT_FAMILIES for r in records):
-        good = [r for r in records if cost(r) < float("inf")]
-        return min(good, key=cost) if good else None
-    best, best_cost = None, float("inf")
-    for runs in confirmed(records).values():
-        c = rounds_cost([cost(r) for r in runs])
-        if c < best_cost:
-            best, best_cost = runs, c
-    if best is None:
-        return None
-    last = best[-1]
-    return {**last, "result": {**last["result"], "costs": [cost(r) for r in best]}}
+        return sorted((r for r in records if cost(r) < float("inf")), key=cost)
+    rounds = [(rounds_cost([cost(r) for r in runs]), runs) for runs in confirmed(records).values()]
+    rounds = sorted((c, n, runs) for n, (c, runs) in enumerate(rounds) if c < float("inf"))
+    return [
+        {**runs[-1], "result": {**runs[-1]["result"], "costs": [cost(r) for r in runs]}}
+        for _, _, runs in rounds
+    ]
 
 
 class TuningLog:

@@ -78,7 +78,7 @@ def recheck_forms(tasks: list[Task], measurer, log: TuningLog, progress) -> None
     confirm rounds) is fastest, and forms are tuned minutes apart: a burst of load on the
     board during one form's tuning would decide the choice. Measured again back to back,
     each form's choice gets one more confirm round taken under the same conditions."""
-    from .log import choose, make_record
+    from .log import choose, make_record, measures_today
     from .space import space_of
 
     groups: dict[str, list[Task]] = {}
@@ -95,15 +95,24 @@ def recheck_forms(tasks: list[Task], measurer, log: TuningLog, progress) -> None
         for t in forms:
             interrupts.check()
             here = t.target.fingerprint()
-            mine = [r for r in records if r["task"]["key"] == t.key and r.get("target") == here]
-            chosen = choose([r for r in mine if r["board"]["name"] == t.board.name])
+            mine = [
+                r
+                for r in records
+                if r["task"]["key"] == t.key
+                and r.get("target") == here
+                and r["board"]["name"] == t.board.name
+                and measures_today(r, t)
+            ]
+            chosen = choose(mine)
             space = space_of(t)
             index = space.index_of(chosen["config"]["knobs"]) if chosen else None
             if index is None:
                 continue
             (m,) = measurer.measure(t, [(index, space.get(index))])
             extra = {**m.extra, "confirm": True}
-            log.append(make_record(t.board, t, m.index, m.knobs, m.costs, m.error, m.device, extra))
+            log.append(
+                make_record(t.board, t, m.index, m.knobs, m.costs, m.error, m.device, extra, m.prim)
+            )
 
 
 def summary(results: list[TaskResult]) -> str:

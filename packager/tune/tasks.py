@@ -9,18 +9,29 @@ an accelerator op (``lowering.ACCEL_OPS``) on a board with one, the board's Open
 when the board has one and the node runs there, else its cpu; the template of that
 family is what is tuned. Config spaces (space.py) and
 measurement (measure.py) build on this module; it needs neither.
+
+A measurement holds only for the code it timed, and templates and code generators change
+between packager versions while kernel keys stay. So a record also carries its kernel's
+code (``kernel_code``: a hash of the source the board compiles) and the task's base (the
+code of its default config then): a record whose base is not today's default was
+measured on kernels that have changed since, and is no evidence for today's (the build
+and a resumed tune leave it out; the cost model may still learn from it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
 from .. import te
 from ..boards import Board
+from ..codegen.c import codegen_c
+from ..codegen.opencl import codegen_opencl
 from ..graph.conv_algorithms import DIRECT, variants
 from ..graph.ir import Graph, Node
 from ..graph.passes.pixel_tiles import tile_pixels
@@ -105,6 +116,31 @@ class Task:
         """(args, outs, anchor) with reproducible names."""
         with te.fresh_names():
             return node_computes(self.node, self.graph)
+
+    @cached_property
+    def base_code(self) -> str | None:
+        """The code of the default config (kernel_code), lowered once per task."""
+        return kernel_code(self, default_func(self))
+
+
+# Families whose records hold for the code they timed: the accelerator's are simulated
+# cycles of a program, not a board's measurement of compiled code.
+CODE_FAMILIES = ("cpu", "opencl")
+
+
+def kernel_code(task: Task, prim: PrimFunc | None) -> str | None:
+    """What a measurement of ``prim`` timed, as a short hash: the source the board compiles
+    (C with the toolchain's compiler and flags, or OpenCL C) with the function's name left
+    out, so the tuner's candidate and the build's kernel of one config agree. None for a
+    config that does not lower, and for families whose records are not of compiled code."""
+    if prim is None or task.family not in CODE_FAMILIES:
+        return None
+    if task.family == "opencl":
+        source = codegen_opencl(prim)
+    else:
+        tools = task.board.toolchain
+        source = "\n".join([tools.cc, *tools.cflags, codegen_c(prim)])
+    return hashlib.sha256(source.replace(prim.name, "@").encode()).hexdigest()[:16]
 
 
 def lower_config(task: Task, values: dict | None, name: str) -> PrimFunc:

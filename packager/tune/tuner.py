@@ -10,7 +10,9 @@ the host, so a space where nothing is valid still ends.
 
 A run resumes from the log: configs already measured for this task on this board (found
 by their knobs, so a template that grew knobs since still finds them) are never measured
-again and count as they did.
+again and count as they did. Records of kernels that have changed since (log.measures_today)
+are not this task's measurements: their configs are measured anew (the model still learns
+from them, as from other tasks').
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from .log import (
     confirming,
     cost,
     make_record,
+    measures_today,
     record_family,
     rounds_cost,
 )
@@ -144,7 +147,8 @@ def _transfer(model: CostModel, state: _State, records: list[dict]) -> None:
         same = (
             r["task"]["template"] == state.task.template and record_family(r) == state.task.family
         )
-        if same and (r["task"]["key"] != state.task.key or r.get("target") != here):
+        other = r["task"]["key"] != state.task.key or r.get("target") != here
+        if same and (other or not measures_today(r, state.task)):
             group = r["task"]["key"] + r["board"]["name"] + json.dumps(r.get("target"))
             by_task.setdefault(group, []).append(r)
     for recs in list(by_task.values())[:8]:
@@ -168,7 +172,7 @@ def tune_task(task: Task, measurer: Measurer, log: TuningLog, opts: Options, pro
         # a record of another target is not this one's measurement (transfer learns from it)
         if r["board"]["name"] != board.name or r["task"]["key"] != task.key:
             continue
-        if r.get("target") != here:
+        if r.get("target") != here or not measures_today(r, task):
             continue
         i = space.index_of(r["config"]["knobs"])
         if i is not None and confirming(r):  # rounds a resumed run counts (_confirm)
@@ -191,7 +195,9 @@ def tune_task(task: Task, measurer: Measurer, log: TuningLog, opts: Options, pro
             break
         for m in measurer.measure(task, [(i, space.get(i)) for i in batch]):
             log.append(
-                make_record(board, task, m.index, m.knobs, m.costs, m.error, m.device, m.extra)
+                make_record(
+                    board, task, m.index, m.knobs, m.costs, m.error, m.device, m.extra, m.prim
+                )
             )
             state.add(m.index, m.median, m.prim, m.error)
             if np.isfinite(m.median):
@@ -227,7 +233,15 @@ def _confirm(task: Task, state: _State, measurer: Measurer, log: TuningLog) -> d
             extra = {**m.extra, "confirm": True}
             log.append(
                 make_record(
-                    measurer.board, task, m.index, m.knobs, m.costs, m.error, m.device, extra
+                    measurer.board,
+                    task,
+                    m.index,
+                    m.knobs,
+                    m.costs,
+                    m.error,
+                    m.device,
+                    extra,
+                    m.prim,
                 )
             )
             runs[m.index].append(m.median if m.error is None else float("inf"))
