@@ -695,6 +695,14 @@ SHORT_STEPS, SHORT_BUDGET = 8, 16
 # bench/ab_bundles.py, 6 rounds: 12 -> 9 accumulators, kernels 5.906 -> 5.784 ms;
 # ResNet-18-style 29.53 -> 29.43)
 PAIR_BUDGET_256 = 9
+# ... except a 1x1 conv whose row has no tile of 8 or 9 (a row of 7 columns, a prime
+# width): there 2 x 7 (14 accumulators; GCC takes the weights and the ones as memory
+# operands) beats 1 x 7. Measured on a Zen 3 (AVX2, 7-bit weights, the two kernels
+# called alternately in one process, lowest of 300 calls each): tv_mobilenet_v2's 7x7
+# 1x1 convs 0.80-0.97x the time (its 320 -> 1280 conv with the dequantize 0.80x, the
+# 960 -> 320 one 0.80x), where 14 accumulators for every row ran its 112-wide
+# convs 1.05-1.10x.
+WIDE_PAIR_BUDGET_256 = 14
 MAX_OC_TILE = 4
 # Byte quads (vpmaddubsw, 7-bit weights) at 256 bits: tiles from this many accumulators
 # keep their tap loops rolled as the int16 pairs' do; a k x k stride-1 conv takes one
@@ -795,6 +803,8 @@ def schedule_qconv2d_cpu(ctx: ScheduleContext) -> te.Schedule:
     oc_def, ow_def = _default_tile(
         blocks, cols, budget, pairs256 and taps, WIDE_COLS if zmm_quads else 0
     )
+    if pairs256 and not taps and oc_def * ow_def < PAIR_BUDGET_256 - 1:
+        oc_def, ow_def = _default_tile(blocks, cols, WIDE_PAIR_BUDGET_256)
     if _seven_wide_byte_quads(acc, intrin, taps, cols):
         oc_def, ow_def = 1, BYTE_QUAD_COLS
     t_oc = cfg.define_split("qtile_oc", blocks, oc_def, most=MAX_OC_TILE)
