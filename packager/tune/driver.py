@@ -5,8 +5,12 @@ default-schedule kernel (``pk_ref``). The driver fills the inputs from a fixed P
 runs the reference once, then for each candidate named on its command line: prints
 ``S id`` (so a crash or a hang can be blamed on it), runs it once and compares every
 output with the reference (that call is also the warm-up, and its time calibrates how
-many calls make one sample: a slow candidate costs one call per sample more), and
-prints ``R id ok t1 t2 ...`` (seconds per call, one per sample) or ``R id ERROR``.
+many calls make one sample: a slow candidate costs one call per sample more), printing
+``R id ERROR`` for one that fails. The candidates that passed are then timed in turns,
+one sample of each per round (``S id`` before each), and at the end each prints
+``R id ok t1 t2 ...`` (seconds per call, one per sample): on a board whose speed moves
+with its neighbours' load or its temperature, every candidate's samples span the whole
+batch, so a slow phase does not fall on the candidates that happened to run in it.
 Before each timed call the constant arguments (weights) are flushed from the caches
 (``flush_args``; x86 and AArch64), and only the call is timed: measured hot, a candidate
 that keeps a large layer's filters in L2 won tuning runs (1.94x) and was no faster inside
@@ -92,21 +96,17 @@ static void flush_args(void) {
 #endif
 }
 
-static void time_one(int k, double min_s, int samples, double one) {
-    double t0, sum;
-    int number, r, n;
-    number = one > 0 ? (int)(min_s / samples / one) + 1 : 1;
-    printf("R %d ok", IDS[k]);
-    for (r = 0; r < samples; ++r) {
-        for (sum = 0, n = 0; n < number; ++n) {
-            flush_args(); /* not timed */
-            t0 = now();
-            FNS[k](args);
-            sum += now() - t0;
-        }
-        printf(" %.9e", sum / number);
+/* One sample of candidate k: the mean of `number` calls, each after a flush. */
+static double sample(int k, int number) {
+    double t0, sum = 0;
+    int n;
+    for (n = 0; n < number; ++n) {
+        flush_args(); /* not timed */
+        t0 = now();
+        FNS[k](args);
+        sum += now() - t0;
     }
-    printf("\n");
+    return sum / number;
 }
 
 int main(int argc, char **argv) {
@@ -129,6 +129,10 @@ int main(int argc, char **argv) {
         ref[i] = malloc(BYTES[i] + 1);
         memcpy(ref[i], args[i], BYTES[i]);
     }
+    size_t most = (size_t)argc, per = (size_t)(samples > 0 ? samples : 1);
+    int *kept = malloc(sizeof(int) * most), *number = malloc(sizeof(int) * most);
+    double *times = malloc(sizeof(double) * most * per);
+    int nk = 0, r, j;
     for (a = 3; a < argc; ++a) {
         int k = atoi(argv[a]), ok = 1;
         double t0, one;
@@ -140,9 +144,21 @@ int main(int argc, char **argv) {
         if (FNS[k](args) != 0) { printf("R %d runtime_error\n", IDS[k]); fflush(stdout); continue; }
         one = now() - t0;
         for (i = NIN; i < NARGS; ++i) ok = ok && same(args[i], ref[i], DT[i], BYTES[i]);
-        if (!ok) printf("R %d wrong_answer\n", IDS[k]);
-        else time_one(k, min_s, samples, one);
-        fflush(stdout);
+        if (!ok) { printf("R %d wrong_answer\n", IDS[k]); fflush(stdout); continue; }
+        number[nk] = one > 0 ? (int)(min_s / (double)per / one) + 1 : 1;
+        kept[nk++] = k;
+    }
+    for (r = 0; r < samples; ++r) /* a round: one sample of each, from a new first one */
+        for (j = 0; j < nk; ++j) {
+            int c = (j + r) % nk;
+            printf("S %d\n", IDS[kept[c]]);
+            fflush(stdout);
+            times[c * samples + r] = sample(kept[c], number[c]);
+        }
+    for (j = 0; j < nk; ++j) {
+        printf("R %d ok", IDS[kept[j]]);
+        for (r = 0; r < samples; ++r) printf(" %.9e", times[j * samples + r]);
+        printf("\n");
     }
     return 0;
 }
