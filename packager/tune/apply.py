@@ -58,7 +58,8 @@ class Tuning:
                 key = (record_family(r), r["task"]["key"])
                 found[r.get("target") not in own].setdefault(key, []).append(r)
         # this target's records, chosen per kernel when a build asks for it (_choose needs
-        # the kernel's task); the record chosen (or None) and why not (REASONS), by kernel
+        # the kernel's task); the record chosen (or None) and why not (NO_RECORD,
+        # UNCONFIRMED, CHANGED), by kernel
         self._records = found[0]
         self.best: dict[tuple[str, str], dict | None] = {}
         self._why: dict[tuple[str, str], str] = {}
