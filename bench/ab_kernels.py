@@ -11,7 +11,8 @@ bundles timed one after the other (bench/ab_bundles.py) moved kernels whose code
 same 1.26x in one run. Calls of A and B a millisecond apart see the same phase, so
 their ratio holds where the absolute times do not.
 
-The buffers are the kernel's arguments by its signature (kernels/registry.c): floats
+The buffers are the kernel's arguments by its signature in each bundle (kernels/
+registry.c; a conv whose form changed, Winograd for direct, has other weights): floats
 uniform in [-1, 1) (no NaN or subnormal takes a slow path), integers in [0, 4) (an
 index stays in range, a shift small); the weights are not the model's, which the
 kernels' time does not depend on. Build A and B from the same model (kernel names
@@ -69,18 +70,22 @@ def signatures(bundle: str) -> dict[str, list[tuple[str, int]]]:
     return out
 
 
-def driver_source(args: list[tuple[str, int]], calls: int) -> str:
-    """C of a program that fills the arguments and calls pk_ab_a and pk_ab_b in turn."""
+def driver_source(args_a: list[tuple[str, int]], args_b: list[tuple[str, int]], calls: int) -> str:
+    """C of a program that fills each side's arguments (a kernel whose form changed, a
+    Winograd conv for a direct one, has other weights) and calls pk_ab_a and pk_ab_b in
+    turn."""
     fills = []
-    for k, (dtype, n) in enumerate(args):
-        ctype, is_float = CTYPES[dtype]
-        value = "(r >> 33) % 2000 / 1000.0 - 1.0" if is_float else "(r >> 33) % 4"
-        fills.append(
-            f"    {ctype}* a{k} = malloc(sizeof({ctype}) * {max(n, 1)} + 64);\n"
-            f"    for (long i = 0; i < {n}; i++) {{ r = r * 6364136223846793005ull + 1; "
-            f"a{k}[i] = ({ctype})({value}); }}\n"
-            f"    args[{k}] = a{k};"
-        )
+    for side, args in (("a", args_a), ("b", args_b)):
+        fills.append(f"    void* args_{side}[{max(len(args), 1)}];")
+        for k, (dtype, n) in enumerate(args):
+            ctype, is_float = CTYPES[dtype]
+            value = "(r >> 33) % 2000 / 1000.0 - 1.0" if is_float else "(r >> 33) % 4"
+            fills.append(
+                f"    {ctype}* {side}{k} = malloc(sizeof({ctype}) * {max(n, 1)} + 64);\n"
+                f"    for (long i = 0; i < {n}; i++) {{ r = r * 6364136223846793005ull + 1; "
+                f"{side}{k}[i] = ({ctype})({value}); }}\n"
+                f"    args_{side}[{k}] = {side}{k};"
+            )
     return f"""#define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
@@ -98,16 +103,15 @@ static int by_value(const void* x, const void* y) {{
     return a < b ? -1 : a > b;
 }}
 int main(void) {{
-    void* args[{max(len(args), 1)}];
     unsigned long long r = 12345;
 {chr(10).join(fills)}
     static double ta[{calls}], tb[{calls}];
-    if (pk_ab_a(args) || pk_ab_b(args)) return 1; /* warm-up; a scratch allocation failed */
+    if (pk_ab_a(args_a) || pk_ab_b(args_b)) return 1; /* warm-up; a scratch allocation failed */
     for (int i = 0; i < {calls}; i++) {{
         double t0 = now_ms();
-        pk_ab_a(args);
+        pk_ab_a(args_a);
         double t1 = now_ms();
-        pk_ab_b(args);
+        pk_ab_b(args_b);
         ta[i] = t1 - t0, tb[i] = now_ms() - t1;
     }}
     qsort(ta, {calls}, sizeof ta[0], by_value);
@@ -136,7 +140,7 @@ def compare(a: str, b: str, kernel: str, calls: int, tmp: Path, cc: str = "cc") 
         subprocess.run(cmd, check=True)
         objs.append(str(obj))
     driver = tmp / "driver.c"
-    driver.write_text(driver_source(signatures(a)[kernel], calls))
+    driver.write_text(driver_source(signatures(a)[kernel], signatures(b)[kernel], calls))
     exe = tmp / "ab"
     runtime = [str(RUNTIME / "src" / f) for f in ("pk_parallel.c", "pk_scratch.c")]
     subprocess.run([cc, *flags, str(driver), *objs, *runtime, "-lm", "-o", str(exe)], check=True)
@@ -162,7 +166,8 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=300, help="calls of each side per kernel")
     ap.add_argument("--cc", default="cc")
     args = ap.parse_args(argv)
-    kernels = sorted(args.kernel or changed_kernels(args.a, args.b) & set(signatures(args.a)))
+    both = set(signatures(args.a)) & set(signatures(args.b))
+    kernels = sorted(args.kernel or changed_kernels(args.a, args.b) & both)
     if not kernels:
         print("no kernel differs between the bundles")
         return 0
