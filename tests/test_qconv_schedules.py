@@ -960,6 +960,57 @@ def test_blocked_mulhi_epilogue_is_one_intrinsic_call_with_the_int64_bytes(
     assert (vals == (zp if out == "uint8" else lo)).any()  # the ReLU bound / saturation
 
 
+COLUMNS = [  # kind, kernel, output rows and columns, out, y_zp, columns a call takes
+    ("full", 3, 7, "uint8", 5, 7),  # one group of 4 and 3 columns alone
+    ("full", 3, 8, "int8", -3, 4),
+    ("full", 1, 14, "int8", 0, 7),
+    ("depthwise", 3, 8, "uint8", 0, 8),  # two groups of 4
+    ("depthwise", 3, 14, "int8", -3, 7),
+    ("depthwise", 3, 9, "uint8", 5, 1),  # tiles of 8 over 9 columns: one call a column
+]
+
+
+@pytest.mark.parametrize("kind,k,hw,out,zp,cols", COLUMNS)
+def test_avx2_epilogue_packs_four_columns_at_a_time_with_the_int64_bytes(
+    kind, k, hw, out, zp, cols
+):
+    """With 8 lanes and no residual, one pk_requant call takes a tile's columns of a
+    block where the row is whole tiles: four columns packed to 32 bytes, clamped there
+    and stored in one move (vpermd restores their order), the rest one at a time. The
+    bytes are the int64 epilogue's, the bounds and the saturation both hit, and the
+    intrinsic's C loop (no AVX2) writes them too."""
+    if "avx2" not in _cpu_flags():
+        pytest.skip("this machine has no avx2")
+    case = (
+        qconv_case("uint8", 8, hw=hw, k=k) if kind == "full" else depthwise_case("uint8", 8, hw=hw)
+    )
+    inputs, attrs = _with_bounds(case, 0, 2**62) if out == "uint8" else case
+    attrs = attrs | {"out_dtype": out, "y_zp": zp} | ({"pads": [0] * 4} if k == 1 else {})
+    x, w, rq = inputs
+    oc = attrs["oc"]
+    table = mulhi_table(narrow_bounds(rq, zp, out), oc)
+    blocked = [_blocked(x, 8, 9), w, table]
+    mattrs = attrs | {"c": x.shape[1], "out_block": True, "rq32": "mulhi"}
+    target = CpuTarget(vector_bits=256, features=("avx2",))
+    src = codegen_c(qconv_func(blocked, mattrs, target)[0])
+    calls = set(re.findall(r"(pk_requant_\w+?)\(&qconv\[", src))
+    suffix = f"x8c{cols}_" if cols > 1 else "x8_"
+    assert [c for c in calls if suffix in c] == list(calls) and calls, calls
+    if cols > 1:
+        assert re.search(r"vpermd\s+%ymm", _host_asm(src)), "no column packing"
+    want = _blocked(run_host(inputs, attrs, None), 8, 0)
+    past = oc - (want.shape[1] - 1) * 8
+    for flags in (HOST_FLAGS, (*HOST_FLAGS, "-mno-avx2")):
+        got = run_host(blocked, mattrs, target, flags)
+        got[:, -1, :, :, past:] = 0  # the channels past oc: not compared
+        np.testing.assert_array_equal(got, want)
+    vals = want.view(np.uint8) if out == "uint8" else want
+    lo, hi = (0, 255) if out == "uint8" else (-128, 127)
+    assert (vals == hi).any() and len(np.unique(vals)) > 3  # saturated, and values
+    relu = out == "uint8" or kind == "depthwise"  # depthwise_case fuses a ReLU
+    assert (vals == (zp if relu else lo)).any()  # the ReLU bound / saturation
+
+
 RESIDUAL = [  # lanes, out, residual type, conv's zero point, what the host must have
     (16, "int8", "int8", -2, "avx512f"),
     (16, "uint8", "uint8", 0, "avx512f"),

@@ -629,6 +629,56 @@ def _requant_x86(width: int, zp: int, out: str, add: dict | None = None, res: st
     return "\n".join(lines)
 
 
+def _requant_cols_avx2(cols: int, zp: int, out: str) -> str:
+    """The body over ``cols`` columns of 8 lanes (acc and y one column after another):
+    each column's q as _requant_x86's before its clamp, then four columns at a time
+    packed to 32 bytes with saturation (vpackssdw twice, one vpackuswb or vpacksswb,
+    vpermd to restore the columns' order), clamped there at the bounds packed alike,
+    and stored in one move; the last cols % 4 columns one at a time as _requant_x86.
+    The same bytes: saturating to the output type and clamping at bounds within it
+    commute (both monotone), and a bound outside the type saturates to its end."""
+    pack, lo_op, hi_op = {
+        "uint8": ("_mm256_packus_epi16", "_mm256_max_epu8", "_mm256_min_epu8"),
+        "int8": ("_mm256_packs_epi16", "_mm256_max_epi8", "_mm256_min_epi8"),
+    }[out]
+    narrow = "_mm_packus_epi16" if out == "uint8" else "_mm_packs_epi16"
+    add_zp = f"\n        q = _mm256_add_epi32(q, _mm256_set1_epi32({_lit(zp)}));" if zp else ""
+
+    def ld(v: str) -> str:
+        return f"_mm256_loadu_si256((const void *){v})"
+
+    step = f"""const __m256i a = _mm256_add_epi32({ld("(acc + 8 * c)")}, bias);
+        const __m256i even = _mm256_srli_epi64(_mm256_mul_epi32(a, m), 32);
+        const __m256i odd = _mm256_mul_epi32(_mm256_srli_epi64(a, 32), m_odd);
+        __m256i q = _mm256_srav_epi32(
+            _mm256_add_epi32(_mm256_blend_epi32(even, odd, 0xAA), rnd), shift);{add_zp}"""
+    return f"""    const __m256i m = {ld("p1")}, m_odd = _mm256_srli_epi64(m, 32);
+    const __m256i bias = {ld("p0")}, rnd = {ld("p2")}, shift = {ld("p3")};
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i lo16 = _mm256_packs_epi32({ld("p4")}, {ld("p4")});
+    const __m256i hi16 = _mm256_packs_epi32({ld("p5")}, {ld("p5")});
+    const __m256i lo = _mm256_permutevar8x32_epi32({pack}(lo16, lo16), order);
+    const __m256i hi = _mm256_permutevar8x32_epi32({pack}(hi16, hi16), order);
+    for (int g = 0; g + 4 <= {cols}; g += 4) {{
+        __m256i qs[4];
+        for (int k = 0; k < 4; ++k) {{
+            const int c = g + k;
+            {step.replace(chr(10), chr(10) + "    ")}
+            qs[k] = q;
+        }}
+        __m256i v = {pack}(_mm256_packs_epi32(qs[0], qs[1]), _mm256_packs_epi32(qs[2], qs[3]));
+        v = {hi_op}({lo_op}(_mm256_permutevar8x32_epi32(v, order), lo), hi);
+        _mm256_storeu_si256((void *)(y + 8 * g), v);
+    }}
+    for (int c = {cols} & ~3; c < {cols}; ++c) {{
+        {step}
+        q = _mm256_min_epi32(_mm256_max_epi32(q, {ld("p4")}), {ld("p5")});
+        const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q),
+                                          _mm256_extracti128_si256(q, 1));
+        _mm_storel_epi64((__m128i *)(y + 8 * c), {narrow}(w, w));
+    }}"""
+
+
 def _lit(v: int) -> str:
     """An int32 C literal (INT32_MIN has none: 2147483648 is a long)."""
     return "(-2147483647 - 1)" if int(v) == -(2**31) else str(int(v))
@@ -650,7 +700,7 @@ _RQ_ISAS = {  # lanes: (label, guard, header, vector bits, the PRAGMAS key)
 
 def requant_intrin(
     lanes: int, out: str, y_zp: int, target: CpuTarget, expr, add: dict | None = None,
-    res: str = "", add_expr=None,
+    res: str = "", add_expr=None, cols: int = 1,
 ) -> TensorIntrin | None:  # fmt: skip
     """The requantize epilogue of an ``rq32 == "mulhi"`` table as one call per vector of
     L lanes, None where the target has no body for L: ``expr(acc, prm, y_zp)`` is the
@@ -662,7 +712,11 @@ def requant_intrin(
     With ``add`` (a folded residual add's qadd attrs, ``add_`` prefix dropped; its int32
     form only) the epilogue goes on with ``add_expr(y, r, add)`` (quantized._qadd) of
     the narrowed value y and the residual r, a vector of ``res`` bytes read beside the
-    accumulators."""
+    accumulators.
+
+    ``cols`` > 1 (8 lanes, no residual): one call for that many columns of the block,
+    acc and y (cols, L) one column after another, four columns packed and stored at a
+    time (_requant_cols_avx2)."""
     if target.arch != "x86_64" or lanes not in _RQ_ISAS or out not in _CT:
         return None
     need = "avx512f" if lanes == 16 else "avx2"
@@ -671,14 +725,18 @@ def requant_intrin(
     if add is not None and (not add.get("i32") or res not in _CT):
         return None
     key = None if add is None else tuple(sorted(add.items()))
-    return _requant(lanes, out, int(y_zp), expr, key, res, add_expr)
+    if cols > 1 and (lanes != 8 or add is not None):
+        raise ValueError(f"requantize over {cols} columns: 8 lanes and no residual only")
+    return _requant(lanes, out, int(y_zp), expr, key, res, add_expr, cols)
 
 
 @functools.cache
 def _requant(
-    lanes: int, out: str, zp: int, expr, key: tuple | None, res: str, add_expr
+    lanes: int, out: str, zp: int, expr, key: tuple | None, res: str, add_expr, cols: int = 1
 ) -> TensorIntrin:
     add = None if key is None else dict(key)
+    if cols > 1:
+        return _requant_columns(out, zp, expr, cols)
     acc = te.placeholder((lanes,), "int32", "acc")
     rows = [te.placeholder((lanes,), "int32", f"p{k}") for k in range(6)]
     r = te.placeholder((lanes,), res or "int8", "r")
@@ -720,6 +778,36 @@ def _requant(
     assert [t.name for t in intrin.inputs] == ["acc", *(f"p{k}" for k in range(6))] + (
         ["r"] if add else []
     ), "the C arguments follow the declaration's reads"
+    return intrin
+
+
+def _requant_columns(out: str, zp: int, expr, cols: int) -> TensorIntrin:
+    """The 8-lane requantize epilogue over ``cols`` columns of a block in one call."""
+    acc = te.placeholder((cols, 8), "int32", "acc")
+    rows = [te.placeholder((8,), "int32", f"p{k}") for k in range(6)]
+    decl = te.compute(
+        (cols, 8),
+        lambda c, j: simplify(te.cast(out, expr(acc[c, j], lambda k: rows[k][j], zp))),
+        name=f"requant_{_SHORT[out]}x8c{cols}",
+    )
+    name = f"pk_requant_{_SHORT[out]}x8c{cols}_zp{zp}".replace("-", "m")
+    args = ", ".join(f"const int32_t *restrict p{k}" for k in range(6))
+    scalar = f"""    for (int c = 0; c < {cols}; ++c)
+        for (int l = 0; l < 8; ++l) {{
+            int32_t h = (int32_t)(((int64_t)(acc[8 * c + l] + p0[l]) * (int64_t)p1[l]) >> 32);
+            int32_t q = ((h + p2[l]) >> p3[l]) + {zp};
+            q = q < p4[l] ? p4[l] : q;
+            q = q > p5[l] ? p5[l] : q;
+            y[8 * c + l] = ({_CT[out]})q;
+        }}"""
+    c_def = (
+        f"#if defined(__AVX2__)\n#include <immintrin.h>\n#endif\n"
+        f"static inline void {name}({_CT[out]} *restrict y, const int32_t *restrict acc,\n"
+        f"    {args}) {{\n#if defined(__AVX2__)\n{_requant_cols_avx2(cols, zp, out)}\n"
+        f"#else\n{scalar}\n#endif\n}}"
+    )
+    intrin = TensorIntrin(name, decl, c_def, "vpmuldq ymm, vpermd")
+    assert [t.name for t in intrin.inputs] == ["acc", *(f"p{k}" for k in range(6))]
     return intrin
 
 
