@@ -4,6 +4,7 @@ stay within one quantization step of ONNX Runtime computing the QDQ graph in flo
 from __future__ import annotations
 
 import collections
+import re
 import sys
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from onnxruntime.quantization.shape_inference import quant_pre_process
 
 from packager.backend import PackagerBackend
 from packager.boards import load_board
-from packager.package import prepare_graph
+from packager.ops.quantized import dense_tile
+from packager.package import package, prepare_graph
 from tests.helpers import unoptimized_ort_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -36,9 +38,9 @@ class _Calib(CalibrationDataReader):
         return next(self.data, None)
 
 
-def _qdq(tmp_path, kind: str, act, reduce_range: bool = False) -> Path:
+def _qdq(tmp_path, kind: str, act, reduce_range: bool = False, classes: int = 10) -> Path:
     if kind == "resnet":
-        model = networks.resnet(blocks=(1, 1), width=16, size=32, classes=10)
+        model = networks.resnet(blocks=(1, 1), width=16, size=32, classes=classes)
     elif kind == "resnext":  # torchvision's ResNeXt, one block a stage, 8 groups of 4
         model = torchvision_nets.tv_resnext50_32x4d(
             size=32, classes=10, layers=(1, 1, 1, 1), groups=8, width_per_group=4
@@ -94,6 +96,25 @@ def _within_one_step(path: Path, model: onnx.ModelProto, board=None) -> None:
     step = float(inits[last.input[1]])
     assert (np.abs(got - want) <= step * 1.001).mean() >= 0.999
     assert np.argmax(got) == np.argmax(want)
+
+
+def test_dense_tiles_take_a_divisor_of_the_blocks_up_to_8_where_4_has_none():
+    assert [dense_tile(b) for b in (125, 128, 6, 14, 127, 49, 1)] == [5, 4, 3, 2, 1, 7, 1]
+
+
+@pytest.mark.parametrize("board", ["host", "host-avx2"])
+def test_thousand_class_dense_layer_runs_in_tiles_of_5_blocks_within_one_step(tmp_path, board):
+    """A 1000-class classifier has 125 blocks of 8 outputs: its dense layer takes 5
+    blocks a tile (five accumulator chains, not one) and stays within one step."""
+    path = _qdq(tmp_path, "resnet", QuantType.QUInt8, classes=1000)
+    model = onnx.load(path)
+    out = package(str(path), load_board(board), str(tmp_path / "b"), selftest=False)
+    (dense,) = (out / "kernels").glob("*_qdense*.c")
+    src = dense.read_text()
+    assert "qdense_acc[40]" in src and re.search(
+        r"pk_dot4_\w+\(&qdense_acc\[\(qdense_acc_i1 \* 8\)\]", src
+    )
+    _within_one_step(path, model, board=load_board(board))
 
 
 @pytest.mark.parametrize("act", [QuantType.QUInt8, QuantType.QInt8])

@@ -957,7 +957,7 @@ def schedule_qdense_cpu(ctx: ScheduleContext) -> te.Schedule:
     nblocks, kblocks, lanes = acc.op.input_tensors[1].shape[:3]
     if kblocks * 4 != k or not _tensorizable(ctx, acc, x):
         return _simple_qdense(ctx)  # a clamped read past K does not match the intrinsic
-    t_n = ctx.cfg.define_split("qtile_n", nblocks, MAX_OC_TILE, most=8)
+    t_n = ctx.cfg.define_split("qtile_n", nblocks, dense_tile(nblocks), most=8)
     sch = te.create_schedule(ctx.outs)
     _inline_rest(sch, [acc])
     st_out = sch[ctx.outs[0]]
@@ -971,6 +971,16 @@ def schedule_qdense_cpu(ctx: ScheduleContext) -> te.Schedule:
     st.unroll(jb)
     st.tensorize(jl, dot4_intrin(x.dtype, lanes, ctx.target))
     return sch
+
+
+def dense_tile(blocks: int) -> int:
+    """The default ``qtile_n`` of a dense layer with ``blocks`` blocks of L outputs: the
+    most blocks up to MAX_OC_TILE that divide them, or where that is one block (a
+    1000-class layer at 8 lanes has 125), the fewest up to 8 that do."""
+    fit = max(d for d in range(1, MAX_OC_TILE + 1) if blocks % d == 0)
+    if fit > 1:
+        return fit
+    return next((d for d in range(MAX_OC_TILE + 1, 9) if blocks % d == 0), 1)
 
 
 DW_TILE = 8  # depthwise: output columns per tile (one int32 vector each)
