@@ -601,20 +601,9 @@ def _requant_x86(width: int, zp: int, out: str, add: dict | None = None, res: st
         f"    q = {p}_min_epi32(q, {ld('p5')});",
     ]
     if add is not None:
-        sign = "u" if res == "uint8" else "i"
-        load_r = "_mm_loadu_si128" if width == 512 else "_mm_loadl_epi64"
         lo, hi = QRANGE[add["out_dtype"]]
-        lines += [
-            f"    const __m{width}i rv = {p}_cvtep{sign}8_epi32({load_r}((const void *)r));",
-            f"    __m{width}i s = {p}_add_epi32(",
-            f"        {p}_mullo_epi32({p}_sub_epi32(q, {c(add['a_zp'])}), {c(add['a_mult'])}),",
-            f"        {p}_mullo_epi32({p}_sub_epi32(rv, {c(add['b_zp'])}), {c(add['b_mult'])}));",
-            f"    s = {p}_min_epi32({p}_max_epi32(s, {c(add['lo'])}), {c(add['hi'])});",
-            f"    s = {p}_srai_epi32({p}_add_epi32(s, {c(1 << (add['shift'] - 1))}), "
-            f"{add['shift']});",
-            f"    q = {p}_add_epi32(s, {c(add['y_zp'])});",
-            f"    q = {p}_min_epi32({p}_max_epi32(q, {c(lo)}), {c(hi)});",
-        ]
+        lines += _qadd_lines(width, add, res, "r")
+        lines.append(f"    q = {p}_min_epi32({p}_max_epi32(q, {c(lo)}), {c(hi)});")
         out = add["out_dtype"]
     if width == 512:
         lines.append("    _mm_storeu_si128((__m128i *)y, _mm512_cvtepi32_epi8(q));")
@@ -629,50 +618,90 @@ def _requant_x86(width: int, zp: int, out: str, add: dict | None = None, res: st
     return "\n".join(lines)
 
 
-def _requant_cols_avx2(cols: int, zp: int, out: str) -> str:
-    """The body over ``cols`` columns of 8 lanes (acc and y one column after another):
-    each column's q as _requant_x86's before its clamp, then four columns at a time
-    packed to 32 bytes with saturation (vpackssdw twice, one vpackuswb or vpacksswb,
-    vpermd to restore the columns' order), clamped there at the bounds packed alike,
-    and stored in one move; the last cols % 4 columns one at a time as _requant_x86.
-    The same bytes: saturating to the output type and clamping at bounds within it
-    commute (both monotone), and a bound outside the type saturates to its end."""
+def _qadd_lines(width: int, add: dict, res: str, r: str) -> list[str]:
+    """The folded residual add on the clamped q in int32 lanes (quantized._qadd's int32
+    form): s = (q - a_zp) * a_mult + (r - b_zp) * b_mult, clamped at [lo, hi], rounded
+    and shifted, plus y_zp, into q; ``r`` points at the lanes' residual bytes."""
+    p = _VEC[width][0]
+    sign = "u" if res == "uint8" else "i"
+    load_r = "_mm_loadu_si128" if width == 512 else "_mm_loadl_epi64"
+
+    def c(v: int) -> str:
+        return f"{p}_set1_epi32({_lit(v)})"
+
+    return [
+        f"    const __m{width}i rv = {p}_cvtep{sign}8_epi32({load_r}((const void *)({r})));",
+        f"    __m{width}i s = {p}_add_epi32(",
+        f"        {p}_mullo_epi32({p}_sub_epi32(q, {c(add['a_zp'])}), {c(add['a_mult'])}),",
+        f"        {p}_mullo_epi32({p}_sub_epi32(rv, {c(add['b_zp'])}), {c(add['b_mult'])}));",
+        f"    s = {p}_min_epi32({p}_max_epi32(s, {c(add['lo'])}), {c(add['hi'])});",
+        f"    s = {p}_srai_epi32({p}_add_epi32(s, {c(1 << (add['shift'] - 1))}), {add['shift']});",
+        f"    q = {p}_add_epi32(s, {c(add['y_zp'])});",
+    ]
+
+
+def _requant_cols_avx2(cols: int, zp: int, out: str, add: dict | None = None, res: str = "") -> str:
+    """The body over ``cols`` columns of 8 lanes (acc, y and r one column after
+    another): each column's q as _requant_x86's before its clamp, then four columns at
+    a time packed to 32 bytes with saturation (vpackssdw twice, one vpackuswb or
+    vpacksswb, vpermd to restore the columns' order), clamped there at the bounds
+    packed alike, and stored in one move; the last cols % 4 columns one at a time as
+    _requant_x86. The same bytes: saturating to the output type and clamping at bounds
+    within it commute (both monotone), and a bound outside the type saturates to its
+    end. With ``add`` each column is clamped in int32 and adds its residual (_qadd_lines)
+    before the packing, whose saturation is then the add's clamp to its type."""
+    final = out if add is None else add["out_dtype"]
     pack, lo_op, hi_op = {
         "uint8": ("_mm256_packus_epi16", "_mm256_max_epu8", "_mm256_min_epu8"),
         "int8": ("_mm256_packs_epi16", "_mm256_max_epi8", "_mm256_min_epi8"),
-    }[out]
-    narrow = "_mm_packus_epi16" if out == "uint8" else "_mm_packs_epi16"
-    add_zp = f"\n        q = _mm256_add_epi32(q, _mm256_set1_epi32({_lit(zp)}));" if zp else ""
+    }[final]
+    narrow = "_mm_packus_epi16" if final == "uint8" else "_mm_packs_epi16"
 
     def ld(v: str) -> str:
         return f"_mm256_loadu_si256((const void *){v})"
 
-    step = f"""const __m256i a = _mm256_add_epi32({ld("(acc + 8 * c)")}, bias);
-        const __m256i even = _mm256_srli_epi64(_mm256_mul_epi32(a, m), 32);
-        const __m256i odd = _mm256_mul_epi32(_mm256_srli_epi64(a, 32), m_odd);
-        __m256i q = _mm256_srav_epi32(
-            _mm256_add_epi32(_mm256_blend_epi32(even, odd, 0xAA), rnd), shift);{add_zp}"""
-    return f"""    const __m256i m = {ld("p1")}, m_odd = _mm256_srli_epi64(m, 32);
-    const __m256i bias = {ld("p0")}, rnd = {ld("p2")}, shift = {ld("p3")};
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    clamp = f"q = _mm256_min_epi32(_mm256_max_epi32(q, {ld('p4')}), {ld('p5')});"
+    lines = [
+        f"const __m256i a = _mm256_add_epi32({ld('(acc + 8 * c)')}, bias);",
+        "const __m256i even = _mm256_srli_epi64(_mm256_mul_epi32(a, m), 32);",
+        "const __m256i odd = _mm256_mul_epi32(_mm256_srli_epi64(a, 32), m_odd);",
+        "__m256i q = _mm256_srav_epi32(",
+        "    _mm256_add_epi32(_mm256_blend_epi32(even, odd, 0xAA), rnd), shift);",
+    ]
+    if zp:
+        lines.append(f"q = _mm256_add_epi32(q, _mm256_set1_epi32({_lit(zp)}));")
+    if add is not None:
+        lines.append(clamp)
+        lines += [x[4:] for x in _qadd_lines(256, add, res, "r + 8 * c")]
+
+    def step(indent: str) -> str:
+        return f"\n{indent}".join(lines)
+
+    bounds = group_clamp = tail_clamp = ""
+    if add is None:
+        bounds = f"""
     const __m256i lo16 = _mm256_packs_epi32({ld("p4")}, {ld("p4")});
     const __m256i hi16 = _mm256_packs_epi32({ld("p5")}, {ld("p5")});
     const __m256i lo = _mm256_permutevar8x32_epi32({pack}(lo16, lo16), order);
-    const __m256i hi = _mm256_permutevar8x32_epi32({pack}(hi16, hi16), order);
+    const __m256i hi = _mm256_permutevar8x32_epi32({pack}(hi16, hi16), order);"""
+        group_clamp = f"\n        v = {hi_op}({lo_op}(v, lo), hi);"
+        tail_clamp = f"\n        {clamp}"
+    return f"""    const __m256i m = {ld("p1")}, m_odd = _mm256_srli_epi64(m, 32);
+    const __m256i bias = {ld("p0")}, rnd = {ld("p2")}, shift = {ld("p3")};
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);{bounds}
     for (int g = 0; g + 4 <= {cols}; g += 4) {{
         __m256i qs[4];
         for (int k = 0; k < 4; ++k) {{
             const int c = g + k;
-            {step.replace(chr(10), chr(10) + "    ")}
+            {step("            ")}
             qs[k] = q;
         }}
         __m256i v = {pack}(_mm256_packs_epi32(qs[0], qs[1]), _mm256_packs_epi32(qs[2], qs[3]));
-        v = {hi_op}({lo_op}(_mm256_permutevar8x32_epi32(v, order), lo), hi);
+        v = _mm256_permutevar8x32_epi32(v, order);{group_clamp}
         _mm256_storeu_si256((void *)(y + 8 * g), v);
     }}
     for (int c = {cols} & ~3; c < {cols}; ++c) {{
-        {step}
-        q = _mm256_min_epi32(_mm256_max_epi32(q, {ld("p4")}), {ld("p5")});
+        {step("        ")}{tail_clamp}
         const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q),
                                           _mm256_extracti128_si256(q, 1));
         _mm_storel_epi64((__m128i *)(y + 8 * c), {narrow}(w, w));
@@ -714,9 +743,9 @@ def requant_intrin(
     the narrowed value y and the residual r, a vector of ``res`` bytes read beside the
     accumulators.
 
-    ``cols`` > 1 (8 lanes, no residual): one call for that many columns of the block,
-    acc and y (cols, L) one column after another, four columns packed and stored at a
-    time (_requant_cols_avx2)."""
+    ``cols`` > 1 (8 lanes): one call for that many columns of the block, acc, y and r
+    (cols, L) one column after another, four columns packed and stored at a time
+    (_requant_cols_avx2)."""
     if target.arch != "x86_64" or lanes not in _RQ_ISAS or out not in _CT:
         return None
     need = "avx512f" if lanes == 16 else "avx2"
@@ -725,8 +754,8 @@ def requant_intrin(
     if add is not None and (not add.get("i32") or res not in _CT):
         return None
     key = None if add is None else tuple(sorted(add.items()))
-    if cols > 1 and (lanes != 8 or add is not None):
-        raise ValueError(f"requantize over {cols} columns: 8 lanes and no residual only")
+    if cols > 1 and lanes != 8:
+        raise ValueError(f"requantize over {cols} columns: 8 lanes only")
     return _requant(lanes, out, int(y_zp), expr, key, res, add_expr, cols)
 
 
@@ -735,79 +764,54 @@ def _requant(
     lanes: int, out: str, zp: int, expr, key: tuple | None, res: str, add_expr, cols: int = 1
 ) -> TensorIntrin:
     add = None if key is None else dict(key)
-    if cols > 1:
-        return _requant_columns(out, zp, expr, cols)
-    acc = te.placeholder((lanes,), "int32", "acc")
+    shape = (lanes,) if cols == 1 else (cols, lanes)  # a column's lanes, or cols of them
+    acc = te.placeholder(shape, "int32", "acc")
     rows = [te.placeholder((lanes,), "int32", f"p{k}") for k in range(6)]
-    r = te.placeholder((lanes,), res or "int8", "r")
+    r = te.placeholder(shape, res or "int8", "r")
 
-    def value(j):
-        y = te.cast(out, expr(acc[j], lambda k: rows[k][j], zp))
-        return y if add is None else add_expr(y, r[j], add)
+    def value(*i):
+        y = te.cast(out, expr(acc[i], lambda k: rows[k][i[-1]], zp))
+        return y if add is None else add_expr(y, r[i], add)
 
     final = out if add is None else add["out_dtype"]
     label, guard, header, width, pragma = _RQ_ISAS[lanes]
-    name = f"pk_requant_{_SHORT[out]}x{lanes}_zp{zp}".replace("-", "m")
-    step = f"""        int32_t h = (int32_t)(((int64_t)(acc[l] + p0[l]) * (int64_t)p1[l]) >> 32);
+    many = "" if cols == 1 else f"c{cols}"
+    name = f"pk_requant_{_SHORT[out]}x{lanes}{many}_zp{zp}".replace("-", "m")
+    at = "l" if cols == 1 else f"{lanes} * c + l"  # the flat index of lane l (of column c)
+    step = f"""        int32_t h = (int32_t)(((int64_t)(acc[{at}] + p0[l]) * (int64_t)p1[l]) >> 32);
         int32_t q = ((h + p2[l]) >> p3[l]) + {zp};
         q = q < p4[l] ? p4[l] : q;
         q = q > p5[l] ? p5[l] : q;"""
     args = ", ".join(f"const int32_t *restrict p{k}" for k in range(6))
     if add is not None:
-        name = f"pk_requant_add_{_SHORT[out]}{_SHORT[res]}x{lanes}_{_digest(key, zp)}"
+        name = f"pk_requant_add_{_SHORT[out]}{_SHORT[res]}x{lanes}{many}_{_digest(key, zp)}"
         lo, hi = QRANGE[final]
         step += f"""
         int32_t s = (q - {add["a_zp"]}) * {add["a_mult"]}
-                    + ((int32_t)r[l] - {add["b_zp"]}) * {add["b_mult"]};
+                    + ((int32_t)r[{at}] - {add["b_zp"]}) * {add["b_mult"]};
         s = s < {_lit(add["lo"])} ? {_lit(add["lo"])} : s > {add["hi"]} ? {add["hi"]} : s;
         q = ((s + {1 << (add["shift"] - 1)}) >> {add["shift"]}) + {add["y_zp"]};
         q = q < {lo} ? {lo} : q > {hi} ? {hi} : q;"""
         args += f",\n    const {_CT[res]} *restrict r"
-    short = f"requant_{_SHORT[out]}x{lanes}" if add is None else name[3:]
-    decl = te.compute((lanes,), lambda j: simplify(value(j)), name=short)
-    scalar = (
-        f"    for (int l = 0; l < {lanes}; ++l) {{\n{step}\n        y[l] = ({_CT[final]})q;\n    }}"
-    )
+    short = f"requant_{_SHORT[out]}x{lanes}{many}" if add is None else name[3:]
+    decl = te.compute(shape, lambda *i: simplify(value(*i)), name=short)
+    store = f"        y[{at}] = ({_CT[final]})q;"
+    scalar = f"    for (int l = 0; l < {lanes}; ++l) {{\n{step}\n{store}\n    }}"
+    if cols == 1:
+        body = _requant_x86(width, zp, out, add, res)
+    else:
+        body = _requant_cols_avx2(cols, zp, out, add, res)
+        scalar = f"    for (int c = 0; c < {cols}; ++c)\n{scalar}"
+        label += ", vpermd"
     c_def = (
         f"#if {guard}\n#include <{header}>\n{PRAGMAS.get(pragma, '')}#endif\n"
         f"static inline void {name}({_CT[final]} *restrict y, const int32_t *restrict acc,\n"
-        f"    {args}) {{\n#if {guard}\n{_requant_x86(width, zp, out, add, res)}\n#else\n"
-        f"{scalar}\n#endif\n}}"
+        f"    {args}) {{\n#if {guard}\n{body}\n#else\n{scalar}\n#endif\n}}"
     )
     intrin = TensorIntrin(name, decl, c_def, label)
     assert [t.name for t in intrin.inputs] == ["acc", *(f"p{k}" for k in range(6))] + (
         ["r"] if add else []
     ), "the C arguments follow the declaration's reads"
-    return intrin
-
-
-def _requant_columns(out: str, zp: int, expr, cols: int) -> TensorIntrin:
-    """The 8-lane requantize epilogue over ``cols`` columns of a block in one call."""
-    acc = te.placeholder((cols, 8), "int32", "acc")
-    rows = [te.placeholder((8,), "int32", f"p{k}") for k in range(6)]
-    decl = te.compute(
-        (cols, 8),
-        lambda c, j: simplify(te.cast(out, expr(acc[c, j], lambda k: rows[k][j], zp))),
-        name=f"requant_{_SHORT[out]}x8c{cols}",
-    )
-    name = f"pk_requant_{_SHORT[out]}x8c{cols}_zp{zp}".replace("-", "m")
-    args = ", ".join(f"const int32_t *restrict p{k}" for k in range(6))
-    scalar = f"""    for (int c = 0; c < {cols}; ++c)
-        for (int l = 0; l < 8; ++l) {{
-            int32_t h = (int32_t)(((int64_t)(acc[8 * c + l] + p0[l]) * (int64_t)p1[l]) >> 32);
-            int32_t q = ((h + p2[l]) >> p3[l]) + {zp};
-            q = q < p4[l] ? p4[l] : q;
-            q = q > p5[l] ? p5[l] : q;
-            y[8 * c + l] = ({_CT[out]})q;
-        }}"""
-    c_def = (
-        f"#if defined(__AVX2__)\n#include <immintrin.h>\n#endif\n"
-        f"static inline void {name}({_CT[out]} *restrict y, const int32_t *restrict acc,\n"
-        f"    {args}) {{\n#if defined(__AVX2__)\n{_requant_cols_avx2(cols, zp, out)}\n"
-        f"#else\n{scalar}\n#endif\n}}"
-    )
-    intrin = TensorIntrin(name, decl, c_def, "vpmuldq ymm, vpermd")
-    assert [t.name for t in intrin.inputs] == ["acc", *(f"p{k}" for k in range(6))]
     return intrin
 
 
