@@ -103,16 +103,22 @@ def test_dense_tiles_take_a_divisor_of_the_blocks_up_to_8_where_4_has_none():
 
 
 @pytest.mark.parametrize("board", ["host", "host-avx2"])
-def test_thousand_class_dense_layer_runs_in_tiles_of_5_blocks_within_one_step(tmp_path, board):
-    """A 1000-class classifier has 125 blocks of 8 outputs: its dense layer takes 5
-    blocks a tile (five accumulator chains, not one) and stays within one step."""
+def test_thousand_class_dense_layer_runs_in_tiles_of_dense_tile_blocks_within_one_step(
+    tmp_path, board
+):
+    """A 1000-class classifier's dense layer takes dense_tile(blocks) blocks a tile: at 8
+    lanes (host-avx2) 125 blocks, 5 a tile (five accumulator chains, not one); at 16
+    (a 512-bit host) 63 blocks, 3 a tile. It stays within one step."""
     path = _qdq(tmp_path, "resnet", QuantType.QUInt8, classes=1000)
     model = onnx.load(path)
+    lanes = load_board(board).vector_bits // 32
+    tile = dense_tile(-(-1000 // lanes))
+    assert board != "host-avx2" or (lanes, tile) == (8, 5)
     out = package(str(path), load_board(board), str(tmp_path / "b"), selftest=False)
     (dense,) = (out / "kernels").glob("*_qdense*.c")
     src = dense.read_text()
-    assert "qdense_acc[40]" in src and re.search(
-        r"pk_dot4_\w+\(&qdense_acc\[\(qdense_acc_i1 \* 8\)\]", src
+    assert f"qdense_acc[{tile * lanes}]" in src and re.search(
+        rf"pk_dot4_\w+\(&qdense_acc\[\(qdense_acc_i1 \* {lanes}\)\]", src
     )
     _within_one_step(path, model, board=load_board(board))
 
