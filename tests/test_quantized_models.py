@@ -18,6 +18,7 @@ from packager.backend import PackagerBackend
 from packager.boards import load_board
 from packager.ops.quantized import dense_tile
 from packager.package import package, prepare_graph
+from packager.target import Target
 from tests.helpers import unoptimized_ort_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -111,16 +112,17 @@ def test_thousand_class_dense_layer_runs_in_tiles_of_dense_tile_blocks_within_on
     (a 512-bit host) 63 blocks, 3 a tile. It stays within one step."""
     path = _qdq(tmp_path, "resnet", QuantType.QUInt8, classes=1000)
     model = onnx.load(path)
-    lanes = load_board(board).vector_bits // 32
+    board_ = load_board(board)
+    lanes = Target.cpu(board_).lanes
     tile = dense_tile(-(-1000 // lanes))
     assert board != "host-avx2" or (lanes, tile) == (8, 5)
-    out = package(str(path), load_board(board), str(tmp_path / "b"), selftest=False)
+    out = package(str(path), board_, str(tmp_path / "b"), selftest=False)
     (dense,) = (out / "kernels").glob("*_qdense*.c")
     src = dense.read_text()
     assert f"qdense_acc[{tile * lanes}]" in src and re.search(
         rf"pk_dot4_\w+\(&qdense_acc\[\(qdense_acc_i1 \* {lanes}\)\]", src
     )
-    _within_one_step(path, model, board=load_board(board))
+    _within_one_step(path, model, board=board_)
 
 
 @pytest.mark.parametrize("act", [QuantType.QUInt8, QuantType.QInt8])
