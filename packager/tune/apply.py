@@ -199,8 +199,9 @@ class Tuning:
             )
         if self.waiting:
             lines.append(
-                f"{self.waiting} of them have records never confirmed (a run older than the "
-                "confirm rounds): tuning again confirms them without a new search"
+                f"{self.waiting} of them have records never confirmed as the tuner times "
+                "today (a run older than its confirm rounds, or than its inputs written on "
+                "the threads): tuning again confirms them without a new search"
             )
         if verbose:
             lines += [f"  default schedule: {f}" for f in self.fallback]

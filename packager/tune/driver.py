@@ -14,13 +14,23 @@ batch, so a slow phase does not fall on the candidates that happened to run in i
 Before each timed call the constant arguments (weights) are flushed from the caches
 (``flush_args``; x86 and AArch64), and only the call is timed: measured hot, a candidate
 that keeps a large layer's filters in L2 won tuning runs (1.94x) and was no faster inside
-the model. The input is left as it is: in a model the kernel before just wrote it
-(flushed too, a single-threaded config of a 56x56 conv won by reading it from memory as
-fast as two threads, and ran about 1.3x slower inside the model).
+the model. The other inputs are written again before each timed call, as the kernel
+before them in a model writes them: a parallel loop on the runtime's own pool over their
+rows (the dims outside the last two, as a producer's parallel loop runs over them),
+each row's cache lines read and written by the thread that took it (``produce_args``).
+Left as the candidate's last call left them, a 2-thread config that has each thread read
+the whole input (parallel over output channels only) found it in both cores' caches and
+won a 112x112 expand conv (140 against 145 us), then ran 1.25x slower than the default in
+the model, where each core holds the half it wrote. (The pool's threads are then awake
+for the call, as between a model's kernels.) Flushed instead, a single-threaded config of a 56x56
+conv won by reading it from memory as fast as two threads, and ran about 1.3x slower
+inside the model.
 Usage: ``driver MIN_SECONDS SAMPLES POS...`` (POS: position in the candidate table).
 """
 
 from __future__ import annotations
+
+import math
 
 from ..te.ir import PrimFunc
 
@@ -96,12 +106,32 @@ static void flush_args(void) {
 #endif
 }
 
-/* One sample of candidate k: the mean of `number` calls, each after a flush. */
+/* The inputs that are not flushed, written as their producer in a model writes them:
+ * by the threads of the pool, row by row, so each row's lines sit dirty in the cache of
+ * the core that took it (a row: the input's dims outside its last two). */
+extern void pk_parallel_for(void (*body)(void *ctx, int64_t i), void *ctx, int64_t n);
+
+static void produce_row(void *ctx, int64_t r) {
+    int i = *(const int *)ctx;
+    volatile unsigned char *p = (volatile unsigned char *)args[i];
+    uint64_t b = (uint64_t)r * BYTES[i] / ROWS[i], end = (uint64_t)(r + 1) * BYTES[i] / ROWS[i];
+    for (; b < end; b += 64) p[b] = p[b]; /* 64-bit: r * BYTES overflows a 32-bit size_t */
+}
+
+static void produce_args(void) {
+    int i;
+    for (i = 0; i < NIN; ++i)
+        if (!FLUSH[i] && BYTES[i]) pk_parallel_for(produce_row, &i, (int64_t)ROWS[i]);
+}
+
+/* One sample of candidate k: the mean of `number` calls, each after a flush of the
+ * weights and the inputs written again. */
 static double sample(int k, int number) {
     double t0, sum = 0;
     int n;
     for (n = 0; n < number; ++n) {
         flush_args(); /* not timed */
+        produce_args();
         t0 = now();
         FNS[k](args);
         sum += now() - t0;
@@ -199,9 +229,18 @@ def driver_source(
         f"static const size_t BYTES[] = {{{', '.join(f'{n}u' for n in nbytes)}}};",
         f"static const int DT[] = {{{', '.join(codes)}}};",
         f"static const int FLUSH[] = {{{', '.join(map(str, flags))}}};",
+        f"static const size_t ROWS[] = {{{', '.join(f'{_rows(b.shape)}u' for b in params)}}};",
         "static void *args[NARGS];",
     ]
     return "\n".join(lines) + HELPERS + _MAIN
+
+
+def _rows(shape) -> int:
+    """How many rows a producer's parallel loop runs over: the dims outside the last two
+    (the first of a matrix, one for a vector or a scalar)."""
+    dims = [int(d) for d in shape]
+    outer = dims[:-2] if len(dims) > 2 else dims[:1]
+    return max(1, math.prod(outer))
 
 
 def _elem_bytes(dtype: str) -> int:

@@ -30,6 +30,9 @@ EXACT_FAMILIES = ("accel",)  # measured by a simulator's cycles: one record is t
 # a CPU record's "caches": timed with its weights out of the caches, or (a CPU whose
 # caches user code cannot flush, ARMv7) with them as the last call left them
 FLUSHED, WARM = "weights_flushed", "warm"
+# a CPU record's "inputs": written again by the pool's threads before each timed call
+# (driver.py's produce_args), as the kernel before it in a model writes them
+PRODUCED = "produced"
 ERRORS = ("compile_error", "runtime_error", "timeout", "wrong_answer", "invalid")
 
 
@@ -93,13 +96,21 @@ def cost(record: dict) -> float:
 
 
 def confirming(record: dict) -> bool:
-    """Whether the record is one of the confirm rounds' measurements (on a CPU, with the
-    weights flushed from the caches before each call where the CPU lets user code flush
-    them, as the timing driver does: a record timed with them hot on such a CPU, from
-    before the driver flushed, is no evidence for a kernel inside a model)."""
+    """Whether the record is one of the confirm rounds' measurements, timed as the timing
+    driver times today. On a CPU: with the weights flushed from the caches before each
+    call where the CPU lets user code flush them (a record timed with them hot, from
+    before the driver flushed, is no evidence for a kernel inside a model), and, on a
+    target with more than one core, with its inputs written again by the pool's threads
+    (from before that, a config whose threads each read the whole input found it in
+    both cores' caches; with one core nothing changed)."""
     r = record["result"]
-    cpu = record_family(record) == "cpu"
-    return bool(r.get("confirm")) and (not cpu or r.get("caches") in (FLUSHED, WARM))
+    if not r.get("confirm"):
+        return False
+    if record_family(record) != "cpu":
+        return True
+    cores = (record.get("target") or {}).get("cores")
+    produced = r.get("inputs") == PRODUCED or cores == 1
+    return r.get("caches") in (FLUSHED, WARM) and produced
 
 
 def confirmed(records: list[dict]) -> dict[str, list[dict]]:

@@ -44,7 +44,7 @@ from ..native import compile_object, link_libraries
 from ..target import Target
 from .cl_driver import cl_driver_source
 from .driver import FLUSHING_ARCHS, driver_source, parse_output
-from .log import FLUSHED, WARM
+from .log import FLUSHED, PRODUCED, WARM
 from .space import valid
 from .tasks import Task, default_func, lower_config
 
@@ -113,8 +113,8 @@ class Measurer:
                     self._run(exe, built)
             if task.family == "cpu":
                 flushed = self.board.arch in FLUSHING_ARCHS  # driver.py's flush_args
-                for m in todo:
-                    m.extra["caches"] = FLUSHED if flushed else WARM
+                for m in todo:  # and produce_args
+                    m.extra.update(caches=FLUSHED if flushed else WARM, inputs=PRODUCED)
         return ms
 
     # --- building ------------------------------------------------------------------------

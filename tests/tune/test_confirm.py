@@ -5,11 +5,18 @@ measured again, side by side, and the build takes the lowest median of those rou
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+
+import onnx
+import pytest
 
 from packager.boards import load_board
+from packager.package import compile_model
+from packager.tune.apply import Tuning
 from packager.tune.log import (
     CONFIRM_ROUNDS,
     FLUSHED,
+    PRODUCED,
     TuningLog,
     choose,
     confirming,
@@ -54,12 +61,14 @@ class _Lucky:
                 seconds = 1e-6 if asked.count(i) == 1 else 9e-3
             else:
                 seconds = _true_cost(i)
-            out.append(Measurement(i, knobs, [seconds] * 3, extra={"caches": FLUSHED}))
+            out.append(
+                Measurement(i, knobs, [seconds] * 3, extra={"caches": FLUSHED, "inputs": PRODUCED})
+            )
         return out
 
 
-def _tune(conv_onnx, log, stub=None):
-    board = load_board("host")
+def _tune(conv_onnx, log, stub=None, board=None):
+    board = board or load_board("host")
     task = direct_task(conv_onnx, board)
     stub = stub or _Lucky(board)
     res = tune_task(task, stub, log, Options(trials=8, batch=4, tuner="random"))
@@ -121,6 +130,38 @@ def test_records_never_confirmed_keep_the_default_until_tuned_again(conv_onnx, t
     assert choose(read_records(log.path))["config"]["index"] == res.best_index
 
 
+@pytest.mark.parametrize("cores", [2, 1])
+def test_rounds_timed_before_the_inputs_were_produced_confirm_on_one_core_only(
+    conv_onnx, tmp_path, cores
+):
+    """Confirm rounds from before the driver wrote the inputs again on the pool's threads:
+    on a target of several cores the build keeps the default and says why, and tuning
+    again runs the confirm rounds only; on one core they still count."""
+    board = replace(load_board("host"), cores=cores)
+    log = TuningLog(tmp_path / "t.jsonl")
+    _tune(conv_onnx, log, board=board)
+    old = log.records()
+    for r in old:
+        r["result"].pop("inputs", None)
+    log.path.write_text("".join(json.dumps(r) + "\n" for r in old))
+
+    def build():
+        tuning = Tuning(board, [log.path])
+        compile_model(onnx.load(conv_onnx), board, tuning=tuning)
+        return tuning.report("tune")
+
+    if cores == 1:
+        assert build() == ["1 of 1 tunable kernels use tuned schedules"]
+        return
+    head, why = build()
+    assert head.startswith("1 of 1 tunable kernels use default schedules")
+    assert why.startswith("1 of them have records never confirmed as the tuner times today")
+    _, stub, res = _tune(conv_onnx, log, board=board)
+    assert len(stub.batches) == CONFIRM_ROUNDS  # no new search
+    assert build() == ["1 of 1 tunable kernels use tuned schedules"]
+    assert choose(read_records(log.path))["config"]["index"] == res.best_index
+
+
 def test_a_config_that_failed_a_round_is_not_chosen(conv_onnx):
     board = load_board("host")
     task = direct_task(conv_onnx, board)
@@ -128,7 +169,7 @@ def test_a_config_that_failed_a_round_is_not_chosen(conv_onnx):
 
     def rec(i, seconds, error=None):
         costs = [] if error else [seconds]
-        extra = {"confirm": True, "caches": FLUSHED}
+        extra = {"confirm": True, "caches": FLUSHED, "inputs": PRODUCED}
         return make_record(board, task, i, space.get(i), costs, error, extra=extra)
 
     fast_but_flaky = [rec(1, 1e-4), rec(1, 1e-4), rec(1, 0, "wrong_answer")]

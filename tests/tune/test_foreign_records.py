@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from packager.boards import load_board
-from packager.tune.log import FLUSHED, make_record
+from packager.tune.log import FLUSHED, PRODUCED, make_record
 from packager.tune.space import space_of
 
 from .test_tune_host import direct_task
@@ -28,7 +28,7 @@ def _log(conv_onnx, path, target_changes):
         space.get(index),
         [1e-4] * 3,
         None,
-        extra={"confirm": True, "caches": FLUSHED},
+        extra={"confirm": True, "caches": FLUSHED, "inputs": PRODUCED},
     )
     if target_changes is None:
         del rec["target"]

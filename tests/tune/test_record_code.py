@@ -10,7 +10,7 @@ import json
 
 from packager.boards import load_board
 from packager.codegen.c import codegen_c
-from packager.tune.log import FLUSHED, TuningLog, confirming, make_record
+from packager.tune.log import FLUSHED, PRODUCED, TuningLog, confirming, make_record
 from packager.tune.measure import Measurement
 from packager.tune.space import space_of, valid
 from packager.tune.tasks import kernel_code, lower_config
@@ -36,7 +36,7 @@ def _rounds(task, costs: dict, code: dict | None = None, base: str | None = None
     out = []
     for _ in range(3):
         for i, seconds in costs.items():
-            extra = {"confirm": True, "caches": FLUSHED}
+            extra = {"confirm": True, "caches": FLUSHED, "inputs": PRODUCED}
             rec = make_record(task.board, task, i, space.get(i), [seconds] * 3, None, extra=extra)
             if code and i in code:
                 rec["config"]["code"] = code[i]
@@ -129,7 +129,11 @@ class _Counting:
                 out.append(Measurement(i, knobs, [], error="invalid"))
             else:
                 seconds = 1e-3 * (1 + i % 5) + 1e-9 * i
-                out.append(Measurement(i, knobs, [seconds] * 3, extra={"caches": FLUSHED}))
+                out.append(
+                    Measurement(
+                        i, knobs, [seconds] * 3, extra={"caches": FLUSHED, "inputs": PRODUCED}
+                    )
+                )
         return out
 
 
