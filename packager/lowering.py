@@ -47,6 +47,7 @@ class Kernel:
     prim: PrimFunc | None = field(default=None, repr=False, compare=False)
     # Why a node that could have run on the board's GPU runs on the CPU ("" otherwise).
     cpu_reason: str = ""
+    key: str = ""  # kernel_key of its node (a tuning task's key), set by lower_graph
 
 
 def arg_signature(shape, dtype: str) -> str:
@@ -273,6 +274,7 @@ def _lower_into(graph, plan, by_key, targets, progress=None, knobs_for=None) -> 
             pairs = inplace.get(k, ())
             knobs = _knobs_on(knobs_for, key, node, graph, pairs)
             by_key[key] = place_node(node, graph, name, targets, pairs, knobs)
+            by_key[key].key = key
         funcs.append(by_key[key].func)
         if progress:
             progress(k + 1, len(graph.nodes))

@@ -258,7 +258,13 @@ def _unique_node_names(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
-def package(
+def package(*args, **kwargs) -> Path:
+    """Package a model for a board into a bundle directory; returns the bundle path (the
+    arguments and what happens: package_compiled, which also returns the Compiled)."""
+    return package_compiled(*args, **kwargs)[0]
+
+
+def package_compiled(
     model_path: str,
     board: Board,
     out_dir: str,
@@ -272,15 +278,19 @@ def package(
     use_foreign_records: bool = False,
     input_values: dict[str, str] | None = None,
     cpu_only: bool = False,
-) -> Path:
-    """Package ``model_path`` for ``board`` into ``out_dir``; returns the bundle path.
+    records: bool = True,
+) -> tuple[Path, Compiled]:
+    """Package ``model_path`` for ``board`` into ``out_dir``: the bundle path and the
+    Compiled it was written from.
     Tuning records apply from ``tuning_logs``, the shipped ``tuning_logs/<board>/`` and the
     user's (tune.apply.log_files); records measured on another target only with
     ``use_foreign_records``. ``log`` hears a few lines (``verbose``: also each kernel
     left with its default schedule); ``progress(what, done, total)`` hears of each step.
     A bundle whose peak memory estimate exceeds the board's memory is refused.
     ``cpu_only``: the board's CPU runs every node (its GPU and accelerator are left out),
-    the baseline that ``packager bench`` sets beside the accelerated bundle."""
+    the baseline that ``packager bench`` sets beside the accelerated bundle. ``records``
+    False: no tuning record applies (the templates' defaults, which `packager tune` checks
+    the tuned kernels against)."""
     from .tune.apply import Tuning, log_files
 
     say = log or (lambda msg: None)
@@ -289,7 +299,8 @@ def package(
     check_bundle_output(out_dir, (model_path,))  # refuse at once, before minutes of work
     t0 = time.perf_counter()
     model, frozen = freeze_inputs(load_model(model_path), input_values or {}, model_path)
-    tuning = Tuning(board, log_files(board.name, tuning_logs), use_foreign_records)
+    files = log_files(board.name, tuning_logs) if records else []
+    tuning = Tuning(board, files, use_foreign_records)
     compiled = compile_model(
         model,
         board,
@@ -337,7 +348,7 @@ def package(
     )
     seconds = time.perf_counter() - t0
     say(build_summary(out_dir, seconds, compiled.kernels, memory, compiled.winograd_extra_bytes))
-    return out
+    return out, compiled
 
 
 def cpu_only_board(board: Board, say) -> Board:

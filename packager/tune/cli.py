@@ -21,7 +21,10 @@ def add_parser(sub) -> None:
         "measurement is appended to the log; running again resumes. Each task ends with "
         "its 3 fastest configs and the default measured again in 3 rounds side by side; "
         "`packager build --tuning-log FILE` runs the config with the lowest median of "
-        "those rounds.",
+        "those rounds. At the end the model is built with the default and with the tuned "
+        "schedules and both run on the board in turns: a kernel whose tuned schedule was "
+        "not faster inside the model keeps its default (records with the error "
+        "slower_in_model).",
     )
     t.add_argument("model", metavar="MODEL.onnx")
     t.add_argument("--board", required=True, help=BOARD_HELP)
@@ -65,6 +68,13 @@ def add_parser(sub) -> None:
         help="tune only these forms of the 3x3 stride-1 convs (repeatable; default: all of "
         f"{', '.join(ALGORITHMS)}; the build takes the fastest form measured)",
     )
+    t.add_argument(
+        "--no-model-check",
+        action="store_true",
+        help="skip the last step: building the model with the default and with the tuned "
+        "schedules, running both on the board in turns and keeping the default for every "
+        "kernel whose tuned schedule was not faster inside the model",
+    )
     t.set_defaults(fn=cmd_tune)
 
 
@@ -89,6 +99,7 @@ def cmd_tune(args) -> int:
         input_shapes(args),
         args.time_budget,
         algorithms=args.conv_algorithm,
+        model_check=not args.no_model_check,
     )
     print(summary(results))
     print(f"log: {log_path}", file=sys.stderr)

@@ -33,7 +33,10 @@ FLUSHED, WARM = "weights_flushed", "warm"
 # a CPU record's "inputs": written again by the pool's threads before each timed call
 # (driver.py's produce_args), as the kernel before it in a model writes them
 PRODUCED = "produced"
-ERRORS = ("compile_error", "runtime_error", "timeout", "wrong_answer", "invalid")
+# a confirm round's error for a config that ran no faster than the default in the model
+# (model_check.py)
+SLOWER = "slower_in_model"
+ERRORS = ("compile_error", "runtime_error", "timeout", "wrong_answer", "invalid", SLOWER)
 
 
 def make_record(

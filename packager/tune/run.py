@@ -11,6 +11,7 @@ from ..frontend.importer import load_model
 from ..package import prepare_graph
 from .log import TuningLog, read_records
 from .measure import Measurer, Settings
+from .model_check import check_in_model
 from .progress import Progress, summary_table
 from .tasks import Task, extract_tasks
 from .tuner import Options, TaskResult, tune_task
@@ -39,7 +40,12 @@ def tune_model(
     settings: Settings | None = None,
     progress: Progress | None = None,
     algorithms=None,
+    model_check: bool = True,
 ) -> list[TaskResult]:
+    """Tune each of the model's tasks, costliest first, into ``log_path``; then (with
+    ``model_check``) run the default and the tuned build of the whole model on the board
+    and keep the default for the kernels whose tuned schedule was not faster there
+    (model_check.check_in_model)."""
     tasks = model_tasks(model_path, board, input_shapes, algorithms)
     log = TuningLog(log_path)
     opts.transfer = read_records(log_path)
@@ -58,6 +64,8 @@ def tune_model(
             progress.finish(res.trials, res.rate(res.best_cost), res.stop_reason)
             results.append(res)
         recheck_forms(tasks, measurer, log, progress)
+        if model_check:
+            check_in_model(model_path, board, log_path, tasks, input_shapes, progress.note)
     except KeyboardInterrupt:
         progress.note(
             f"interrupted: {len(results)} of {len(tasks)} tasks tuned; every measurement "
