@@ -28,7 +28,8 @@ from pathlib import Path
 
 from .. import interrupts
 from ..boards import Board
-from ..remote.errors import DeviceLost
+from ..errors import PackagerError
+from ..remote.errors import DeviceLost, RemoteError
 from .apply import log_files
 from .driver import FLUSHING_ARCHS
 from .log import (
@@ -89,6 +90,11 @@ def check_in_model(
                 break
             except DeviceLost as e:  # the next device of a pool runs it
                 note(f"model check: {e}")
+            except RemoteError as e:  # a build that fails on the board, a selftest that fails
+                raise PackagerError(
+                    f"model check: {e}\n(every measurement of the tuning is in {log_path}; "
+                    "--no-model-check skips the check)"
+                ) from e
         else:
             note("model check: no device of the board could run it; the records stand unchecked")
             return []

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from packager.boards import load_board
+from packager.errors import PackagerError
 from packager.package import package_compiled
 from packager.tune.log import (
     FLUSHED,
@@ -118,3 +121,23 @@ def test_tune_runs_the_model_check_unless_told_not_to(conv_onnx, tmp_path, cli):
         assert not rejected
     else:  # which kernels keep the default is the board's call; the log says the same
         assert checked[-1].endswith(f"; {len(rejected)} keep the default"), err
+
+
+def test_a_bundle_that_fails_on_the_board_stops_the_check_and_names_it(
+    conv_onnx, tmp_path, monkeypatch
+):
+    """run_bundle refusing to run (here a malformed thread count in its environment) is an
+    error naming the model check and the log; nothing is appended to the log."""
+    board = load_board("host")
+    task = direct_task(conv_onnx, board)
+    log = TuningLog(tmp_path / "t.jsonl")
+    _confirmed(log, board, task, _slow_config(task), 1e-9)
+    _confirmed(log, board, task, space_of(task).default_index(), 1.0)
+    before = log.path.read_bytes()
+    monkeypatch.setenv("PACKAGER_NUM_THREADS", "two")
+    tasks = model_tasks(str(conv_onnx), board)
+    with pytest.raises(PackagerError) as e:
+        check_in_model(str(conv_onnx), board, log.path, tasks, note=lambda line: None)
+    assert str(e.value).startswith("model check: ") and "run_bundle failed" in str(e.value)
+    assert "PACKAGER_NUM_THREADS='two'" in str(e.value) and str(log.path) in str(e.value)
+    assert log.path.read_bytes() == before
