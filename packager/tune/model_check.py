@@ -10,8 +10,9 @@ spread over the data). On the 2-core Xeon, tv_resnet18's tuned 7x7 Winograd kern
 ``check_in_model`` builds the model twice, with the templates' default schedules and with
 the records a build would apply, and runs the two bundles on the board in turns (ROUNDS
 rounds of ``run_bundle --selftest --repeat N --profile-json``, the first of each round
-alternating; the selftest checks the tuned bundle's answers too). Each kernel whose code
-differs between the two is compared by its median time over the rounds. A kernel whose
+alternating; the selftest checks the tuned bundle's answers too). Each CPU kernel whose
+code differs between the two is compared by its median time over the rounds (a GPU's and
+an accelerator's kernels are not compared yet). A kernel whose
 tuned schedule was not faster than its default gets, for every confirmed config of its
 task other than the default, a confirm-round record with the error ``slower_in_model``
 (its message holds both times): the build then keeps the default schedule for it. A
