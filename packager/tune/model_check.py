@@ -5,7 +5,7 @@ pool's threads as a model's kernel before it would, but the kernels around it in
 still differ from the driver's loop (what they leave in the caches, how the threads are
 spread over the data). On the 2-core Xeon, tv_resnet18's tuned 7x7 Winograd kernels ran
 1.10x slower than their defaults inside the model after the tuner had timed them
-1.04-1.06x faster, and half of its other tuned kernels were no faster there.
+1.04-1.06x faster, and 3 more of its 12 tuned kernels were no faster there.
 
 ``check_in_model`` builds the model twice, with the templates' default schedules and with
 the records a build would apply, and runs the two bundles on the board in turns (ROUNDS
