@@ -10,14 +10,14 @@ spread over the data). On the 2-core Xeon, tv_resnet18's tuned 7x7 Winograd kern
 ``check_in_model`` builds the model twice, with the templates' default schedules and with
 the records a build would apply, and runs the two bundles on the board in turns (ROUNDS
 rounds of ``run_bundle --selftest --repeat N --profile-json``, the first of each round
-alternating; the selftest checks the tuned bundle's answers too). Each CPU kernel whose
-code differs between the two is compared by its median time over the rounds (a GPU's and
-an accelerator's kernels are not compared yet). A kernel whose
-tuned schedule was not faster than its default gets, for every confirmed config of its
-task other than the default, a confirm-round record with the error ``slower_in_model``
-(its message holds both times): the build then keeps the default schedule for it. A
-kernel that takes another conv form in the tuned build is not compared (no default
-kernel of the same form to run beside it).
+alternating; the selftest checks the tuned bundle's answers too). Each CPU or GPU kernel
+whose code (or work sizes) differ between the two is compared by its median time over the
+rounds; an accelerator's are not (its records are the simulator's exact cycles). A kernel
+whose tuned schedule was not faster than its default gets, for every confirmed config of
+its task other than the default, a confirm-round record with the error
+``slower_in_model`` (its message holds both times): the build then keeps the default
+schedule for it. A kernel that takes another conv form in the tuned build is not
+compared (no default kernel of the same form to run beside it).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from .space import space_of
 from .tasks import Task
 
 ROUNDS = 5
+COMPARED = ("cpu", "opencl")  # the kernels compared: CPU and GPU, not an accelerator's
 RUN_SECONDS = 0.3  # each run_bundle call: about this long (its repeat set from the first)
 
 
@@ -65,7 +66,7 @@ def check_in_model(
     labels of the kernels rejected. ``tasks``: the model's tasks (tune.run.model_tasks)."""
     from ..package import package_compiled
 
-    by_key = {t.key: t for t in tasks if t.family == "cpu"}
+    by_key = {(t.family, t.key): t for t in tasks if t.family in COMPARED}
     note("model check: building the model with the default and with the tuned schedules")
     with tempfile.TemporaryDirectory(prefix="pk-model-check-") as tmp:
         builds = {}
@@ -109,7 +110,8 @@ def check_in_model(
         task = by_key[key]
         why = f"{tuned:.4f} ms in the model, its default {default:.4f}"
         _reject(task, log, log_path, why, device)
-        rejected.append(f"{func} ({task.label}): {tuned / default:.2f}x its default")
+        where = f", {task.family}" if task.family != "cpu" else ""
+        rejected.append(f"{func} ({task.label}{where}): {tuned / default:.2f}x its default")
     kept = len(pairs) - len(rejected)
     note(
         f"model check: {kept} of {len(pairs)} tuned kernels ran faster than their default in "
@@ -121,18 +123,19 @@ def check_in_model(
 
 
 def _tuned_kernels(default, tuned, by_key) -> tuple[list[tuple[str, str]], int]:
-    """(function, task key) of each tunable CPU kernel whose code differs between the two
-    builds, and how many tunable kernels took another form (another key in its place)."""
+    """(function, (family, task key)) of each tunable CPU or GPU kernel whose code (or GPU
+    work sizes) differ between the two builds, and how many tunable kernels took another
+    form (another key in its place)."""
     base = {k.func: k for k in default.kernels}
     pairs, other_form = [], 0
     for k in tuned.kernels:
-        if k.device != "cpu" or k.key not in by_key:
+        if (k.device, k.key) not in by_key:
             continue
         d = base.get(k.func)
         if d is None or d.key != k.key:
             other_form += 1
-        elif d.source != k.source:
-            pairs.append((k.func, k.key))
+        elif (d.source, d.launch) != (k.source, k.launch):
+            pairs.append((k.func, (k.device, k.key)))
     return pairs, other_form
 
 
@@ -181,8 +184,10 @@ def _reject(task: Task, log: TuningLog, log_path: Path, why: str, device=None) -
     ]
     space = space_of(task)
     default = space.get(space.default_index())
-    caches = FLUSHED if task.board.arch in FLUSHING_ARCHS else WARM
-    extra = {"confirm": True, "caches": caches, "inputs": PRODUCED, "message": why}
+    extra = {"confirm": True, "message": why}
+    if task.family == "cpu":  # as the CPU timing driver marks its rounds (log.confirming)
+        extra.update(caches=FLUSHED if task.board.arch in FLUSHING_ARCHS else WARM)
+        extra.update(inputs=PRODUCED)
     for runs in confirmed(records).values():
         index = space.index_of(runs[-1]["config"]["knobs"])
         if index is not None and space.get(index) != default:

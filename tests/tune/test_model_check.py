@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import onnx
 import pytest
 
 from packager.boards import load_board
@@ -24,6 +25,7 @@ from packager.tune.run import model_tasks
 from packager.tune.space import space_of, valid
 
 from .test_tune_host import direct_task
+from .test_tune_opencl import two_convs
 
 
 def _confirmed(log, board, task, index, seconds):
@@ -141,3 +143,41 @@ def test_a_bundle_that_fails_on_the_board_stops_the_check_and_names_it(
     assert str(e.value).startswith("model check: ") and "run_bundle failed" in str(e.value)
     assert "PACKAGER_NUM_THREADS='two'" in str(e.value) and str(log.path) in str(e.value)
     assert log.path.read_bytes() == before
+
+
+def test_a_gpu_kernel_slower_in_the_model_keeps_the_default(tmp_path):
+    """The same on a board with a GPU (host-opencl: this machine's PoCL device): records
+    that say a scalar one-column config of the first conv beat the default; run in the
+    model it is slower, and the build's OpenCL kernel goes back to the default's."""
+    board = load_board("host-opencl")
+    path = tmp_path / "two_convs.onnx"
+    onnx.save(two_convs(), path)
+    tasks = model_tasks(str(path), board)
+    task = next(t for t in tasks if t.family == "opencl" and t.template == "conv2d_nchwc")
+    space = space_of(task)
+    knobs = {**space.get(space.default_index()), "tile_oc": 1, "tile_ow": 1, "vector": 1}
+    slow = space.index_of({**knobs, "unroll_rci": 1})
+    log = TuningLog(tmp_path / "t.jsonl")
+    for index, seconds in ((slow, 1e-9), (space.default_index(), 1.0)):
+        for _ in range(3):
+            rec = make_record(board, task, index, space.get(index), [seconds] * 3, None)
+            rec["result"]["confirm"] = True
+            log.append(rec)
+
+    def gpu_kernel(out):
+        _, compiled = package_compiled(str(path), board, str(out), tuning_logs=[log.path])
+        first = next(k for k in compiled.kernels if k.device == "opencl" and k.key == task.key)
+        return first.source, first.launch
+
+    _, base = package_compiled(str(path), board, str(tmp_path / "d"), records=False)
+    base_kernel = next(k for k in base.kernels if k.device == "opencl" and k.key == task.key)
+    default = (base_kernel.source, base_kernel.launch)
+    assert gpu_kernel(tmp_path / "a") != default
+
+    lines: list[str] = []
+    rejected = check_in_model(str(path), board, log.path, tasks, note=lines.append)
+    assert len(rejected) == 1 and ", opencl): " in rejected[0], lines
+    last = read_records(log.path)[-1]
+    assert last["result"]["error"] == SLOWER and last["config"]["index"] == slow
+    assert last["target"]["family"] == "opencl" and "caches" not in last["result"]
+    assert gpu_kernel(tmp_path / "b") == default
