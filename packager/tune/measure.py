@@ -50,6 +50,15 @@ from .tasks import Task, default_func, lower_config
 
 # As bundles are built (CMakeLists.txt, native.py): contraction on, so FMAs are measured.
 PARALLEL_FOR = C_RUNTIME / "src" / "pk_parallel.c"
+
+
+def cpu_timing(board: Board) -> dict:
+    """How the CPU timing driver times on ``board``, as its records say (log.confirming):
+    the weights flushed where the arch lets user code flush them (driver.py's flush_args),
+    else warm, and the inputs produced on the pool (produce_args)."""
+    return {"caches": FLUSHED if board.arch in FLUSHING_ARCHS else WARM, "inputs": PRODUCED}
+
+
 SCRATCH = C_RUNTIME / "src" / "pk_scratch.c"
 EXTRA_FLAGS = ("-std=c99", "-fno-math-errno", "-ffp-contract=fast")
 
@@ -112,9 +121,8 @@ class Measurer:
                 if built:
                     self._run(exe, built)
             if task.family == "cpu":
-                flushed = self.board.arch in FLUSHING_ARCHS  # driver.py's flush_args
-                for m in todo:  # and produce_args
-                    m.extra.update(caches=FLUSHED if flushed else WARM, inputs=PRODUCED)
+                for m in todo:
+                    m.extra.update(cpu_timing(self.board))
         return ms
 
     # --- building ------------------------------------------------------------------------

@@ -32,18 +32,15 @@ from ..boards import Board
 from ..errors import PackagerError
 from ..remote.errors import DeviceLost, RemoteError
 from .apply import log_files
-from .driver import FLUSHING_ARCHS
 from .log import (
-    FLUSHED,
-    PRODUCED,
     SLOWER,
-    WARM,
     TuningLog,
     confirmed,
     make_record,
     measures_today,
     read_records,
 )
+from .measure import cpu_timing
 from .space import space_of
 from .tasks import Task
 
@@ -103,13 +100,16 @@ def check_in_model(
     device = None if board.is_local else one.connection.label
     rejected = []
     log = TuningLog(log_path)
+    records = None  # every log a build reads, read once when a kernel is rejected
     for func, key in pairs:
         default, tuned = (statistics.median(t[func]) for t in times)
         if tuned < default:
             continue
         task = by_key[key]
+        if records is None:
+            records = [r for p in log_files(board.name, [log_path]) for r in read_records(p)]
         why = f"{tuned:.4f} ms in the model, its default {default:.4f}"
-        _reject(task, log, log_path, why, device)
+        _reject(task, records, log, why, device)
         where = f", {task.family}" if task.family != "cpu" else ""
         rejected.append(f"{func} ({task.label}{where}): {tuned / default:.2f}x its default")
     kept = len(pairs) - len(rejected)
@@ -122,7 +122,7 @@ def check_in_model(
     return rejected
 
 
-def _tuned_kernels(default, tuned, by_key) -> tuple[list[tuple[str, str]], int]:
+def _tuned_kernels(default, tuned, by_key) -> tuple[list[tuple[str, tuple[str, str]]], int]:
     """(function, (family, task key)) of each tunable CPU or GPU kernel whose code (or GPU
     work sizes) differ between the two builds, and how many tunable kernels took another
     form (another key in its place)."""
@@ -172,23 +172,22 @@ def _run_in_turns(board: Board, bundles: list[Path], rounds: int) -> list[dict[s
     return times
 
 
-def _reject(task: Task, log: TuningLog, log_path: Path, why: str, device=None) -> None:
-    """Append a failed confirm round for every confirmed config of ``task`` other than its
-    default (those on its target, of today's kernels): the build keeps the default."""
+def _reject(task: Task, records: list[dict], log: TuningLog, why: str, device=None) -> None:
+    """Append a failed confirm round for every confirmed config of ``task`` among
+    ``records`` other than its default (those on its target, of today's kernels): the
+    build keeps the default."""
     here = task.target.fingerprint()
-    records = [
+    mine = [
         r
-        for p in log_files(task.board.name, [log_path])
-        for r in read_records(p)
+        for r in records
         if r["task"]["key"] == task.key and r.get("target") == here and measures_today(r, task)
     ]
     space = space_of(task)
     default = space.get(space.default_index())
     extra = {"confirm": True, "message": why}
-    if task.family == "cpu":  # as the CPU timing driver marks its rounds (log.confirming)
-        extra.update(caches=FLUSHED if task.board.arch in FLUSHING_ARCHS else WARM)
-        extra.update(inputs=PRODUCED)
-    for runs in confirmed(records).values():
+    if task.family == "cpu":  # marked as the CPU timing driver marks its rounds
+        extra.update(cpu_timing(task.board))
+    for runs in confirmed(mine).values():
         index = space.index_of(runs[-1]["config"]["knobs"])
         if index is not None and space.get(index) != default:
             knobs = space.get(index)
