@@ -611,9 +611,13 @@ def qdense(inputs, attrs):
     """Integer x (..., K) @ W (K, N): w packed (N'/L, K'/4, L, 4) int8,
     w[nb, kb, j, kk] = W[kb*4 + kk, nb*L + j] (zeros past K and N); rq (7, N');
     optional residual (..., N). attrs: n (real columns), x_zp, y_zp, out_dtype. The
-    activation is read past K only against zero weights, at a clamped index."""
+    activation is read past K only against zero weights, at a clamped index. With
+    out_dtype float32 (a dequantize epilogue, quantize.try_float_dense) the inputs
+    after w are corr (N') int32 and (scale, bias) rows (2, N') float32: y =
+    float(acc + corr) * scale + bias."""
     x, w, rq = inputs[:3]
-    residual = inputs[3] if len(inputs) > 3 else None
+    dequant = attrs.get("out_dtype") == "float32"
+    residual = inputs[3] if len(inputs) > 3 and not dequant else None
     nblocks, kblocks, lanes, k4 = w.shape
     n = int(attrs["n"])
     k = x.shape[-1]
@@ -630,6 +634,15 @@ def qdense(inputs, attrs):
         return te.sum(prod, [rkb, rki])
 
     acc = te.compute([*lead, nblocks, lanes], f, name="qdense_acc", tag="qdense")
+
+    if dequant:  # the float epilogue: inputs[2] corr (N') int32, inputs[3] (2, N') float
+
+        def out(*idx):
+            *rows, j = idx
+            a = te.cast("float32", acc[(*rows, j // lanes, j % lanes)] + rq[(j,)])
+            return a * inputs[3][(0, j)] + inputs[3][(1, j)]
+
+        return [te.compute([*lead, n], out, name="qdense", tag="dequantize")]
 
     def out(*idx):
         *rows, j = idx

@@ -87,6 +87,8 @@ def accel_form(node: Node, values: dict[str, Value], target) -> Form | str:
     """The node's accelerator form, or the reason it has none."""
     if node.op not in PLACEABLE:
         return f"{node.op} has no accelerator form"
+    if node.attrs.get("out_dtype") == "float32":
+        return "its output is float (a dequantize epilogue)"
     if len(node.inputs) > 3:
         return "a residual add is folded into its epilogue"
     if int(node.attrs.get("groups", 1)) != 1:

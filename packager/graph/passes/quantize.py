@@ -52,6 +52,9 @@ def quantize(graph: Graph, ctx=None) -> Graph:
     for k, node in enumerate(graph.nodes):
         if node.op == "quantize_linear":
             m.try_chain(k)
+    for k, node in enumerate(graph.nodes):
+        if node.op in ("gemm", "matmul") and k not in m.removed:
+            m.try_float_dense(k)
     return m.result()
 
 
@@ -132,19 +135,8 @@ class _Matcher:
 
     def bias(self, name: str | None, acc_scale: np.ndarray):
         """The bias in accumulator units (int64 per channel), or None if it is not one."""
-        if name is None:
-            return np.zeros(len(acc_scale), np.int64)
-        raw = self.const(name)
-        if raw is not None and raw.dtype == np.float32:
-            return np.round(raw.astype(np.float64).reshape(-1) / acc_scale).astype(np.int64)
-        hit = self.producer(name, "dequantize_linear")
-        if hit is None:
-            return None
-        b, s, z = (self.const(i) for i in hit[1].inputs)
-        if b is None or s is None or z is None or b.dtype != np.int32:
-            return None
-        real = (b.astype(np.float64) - z.astype(np.float64)) * s.astype(np.float64)
-        return np.round(real.reshape(-1) / acc_scale).astype(np.int64)
+        real = self.bias_real(name, len(acc_scale))
+        return None if real is None else np.round(real / acc_scale).astype(np.int64)
 
     # --- the chain ----------------------------------------------------------------
 
@@ -412,13 +404,7 @@ class _Matcher:
 
     def dense(self, node, x, yq, q, act, residual) -> Node | None:
         trans_b = bool(node.attrs.get("trans_b", 0))
-        if node.op == "gemm" and (
-            node.attrs.get("trans_a")
-            or node.attrs.get("alpha", 1.0) != 1.0
-            or node.attrs.get("beta", 1.0) != 1.0
-        ):
-            return None
-        if node.op == "gemm" and node.attrs.get("b_block"):
+        if self.dense_obstacle(node):
             return None
         wq = self.dq_weight(node.inputs[1], 0 if trans_b else 1)
         if wq is None or wq[0].ndim != 2:
@@ -440,6 +426,74 @@ class _Matcher:
         macs = math.prod(self.values[node.outputs[0]].shape) * wkn.shape[0]
         attrs = {"n": wkn.shape[1], "rq32": narrow, "macs": macs}
         return self.integer_node("qdense", q, x, packed, rq, yq, residual, attrs)
+
+    def try_float_dense(self, k: int) -> None:
+        """DQ(x) @ DQ(W) (+ bias) whose float result no QuantizeLinear takes (a
+        classifier's last layer): an integer dense with a dequantize epilogue, y =
+        float(acc + corr) * x_scale * w_scale + bias, corr = -x_zp * sum(W) exact in
+        int32; the weights stay int8 (a quarter of the float bytes)."""
+        node = self.graph.nodes[k]
+        x = self.dq_activation(node.inputs[0])
+        if x is None or self.dense_obstacle(node) or self.on_accel_float(node):
+            return
+        trans_b = bool(node.attrs.get("trans_b", 0))
+        wq = self.dq_weight(node.inputs[1], 0 if trans_b else 1)
+        if wq is None or wq[0].ndim != 2:
+            return
+        w, ws = wq
+        wkn = w.T if trans_b else w
+        acc_scale = x[1] * ws
+        bias = self.bias_real(node.inputs[2] if len(node.inputs) > 2 else None, len(ws))
+        if bias is None:
+            return
+        packed = pack_dense_int8(wkn, self.lanes, min(4, wkn.shape[0]))
+        padded = packed.shape[0] * self.lanes
+        corr = np.zeros(padded, np.int64)
+        corr[: len(ws)] = -x[2] * wkn.astype(np.int64).sum(0)
+        if np.abs(corr).max(initial=0) + 255 * np.abs(wkn.astype(np.int64)).sum(0).max() >= 2**31:
+            return  # the int32 sum could overflow
+        affine = np.zeros((2, padded), np.float32)
+        affine[0, : len(ws)], affine[1, : len(ws)] = acc_scale, bias
+        out = node.outputs[0]
+        inputs = [
+            x[0],
+            add_const(self.values, packed, f"{out}_w_int8"),
+            add_const(self.values, corr.astype(np.int32), f"{out}_corr"),
+            add_const(self.values, affine, f"{out}_dequant"),
+        ]
+        macs = math.prod(self.values[out].shape) * wkn.shape[0]
+        attrs = {"n": wkn.shape[1], "macs": macs, "x_zp": x[2], "out_dtype": "float32"}
+        self.replaced[k] = Node("qdense", node.name, inputs, [out], attrs, source=node.source)
+
+    def dense_obstacle(self, node: Node) -> bool:
+        """Whether a Gemm has a form the integer dense does not take."""
+        return node.op == "gemm" and bool(
+            node.attrs.get("trans_a")
+            or node.attrs.get("alpha", 1.0) != 1.0
+            or node.attrs.get("beta", 1.0) != 1.0
+            or node.attrs.get("b_block")
+        )
+
+    def on_accel_float(self, node: Node) -> bool:
+        """A board with an accelerator: its dense layers stay as they were (the
+        accelerator's epilogue requantizes; a float output has no form there)."""
+        return self.accel is not None
+
+    def bias_real(self, name: str | None, n: int) -> np.ndarray | None:
+        """A dense layer's bias as float64 per output (a float constant or the DQ of
+        an int32 one), zeros without one, None when it is neither."""
+        if name is None:
+            return np.zeros(n)
+        raw = self.const(name)
+        if raw is not None and raw.dtype == np.float32 and raw.size == n:
+            return raw.astype(np.float64).reshape(-1)
+        hit = self.producer(name, "dequantize_linear")
+        if hit is None:
+            return None
+        b, s, z = (self.const(i) for i in hit[1].inputs)
+        if b is None or s is None or z is None or b.dtype != np.int32 or b.size != n:
+            return None
+        return ((b.astype(np.float64) - z.astype(np.float64)) * s.astype(np.float64)).reshape(-1)
 
     def rq_table(self, acc_scale, bias, yq, act, residual, padded: int):
         y_scale = yq[0]
