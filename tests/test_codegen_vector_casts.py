@@ -63,9 +63,35 @@ def test_quantize_is_vector_code(lanes, dtype, lo, hi):
     np.testing.assert_array_equal(scalar, want)
     _assert_vector(src, lanes)
     # the float is truncated at 32 bits, then narrowed by halves; rounding is a lane loop
+    # in 8 lanes, arithmetic on the bits in 16 (cstyle.RINT_LANE_LOOP_BYTES)
     steps = re.findall(r"__builtin_convertvector\(", src)
     assert len(steps) == 3
-    assert re.search(rf"for \(int pk_l\d+ = 0; pk_l\d+ < {lanes}; \+\+pk_l\d+\) .*nearbyintf", src)
+    loop = re.search(rf"for \(int pk_l\d+ = 0; pk_l\d+ < {lanes}; \+\+pk_l\d+\) .*nearbyintf", src)
+    assert bool(loop) == (lanes == 8) and ("8388608.0f" in src) == (lanes == 16)
+
+
+def test_round_of_16_lanes_is_nearbyint_bit_for_bit():
+    """Round half to even of a 16-lane float32 vector (arithmetic on its bits, no lane
+    loop): ties on both sides of zero, the sign of a zero result, the edges of 2^23 and
+    2^24, the largest floats, denormals, infinities and NaN, as np.rint gives them."""
+    big = np.float32(2**23)
+    edges = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.49999997, -0.0, 0.0, -0.3]
+    edges += [big - 0.5, big - 1.5, -(big - 0.5), big, big + 1, -big, 2**24 + 2, 3.4e38]
+    edges += [-3.4e38, 1e-45, -1e-45, 1.2e-38, np.inf, -np.inf, np.nan, -np.nan, 7.5, -7.5]
+    x = np.concatenate([edges, rng.uniform(-1e4, 1e4, 64 - len(edges))]).astype(np.float32)
+    x = x.reshape(-1, 16)
+    got, scalar, src = _vector_and_scalar(
+        x.shape, lambda t, i, c: te.call("round", t[i, c]), [x], "k_rint16"
+    )
+    _assert_vector(src, 16)
+    assert "nearbyintf" not in src
+    want = np.rint(x)
+    for out in (got, scalar):
+        np.testing.assert_array_equal(
+            out.view(np.uint32) & 0x7FFFFFFF == 0x7FC00000, np.isnan(want)
+        )
+        keep = ~np.isnan(want)
+        np.testing.assert_array_equal(out.view(np.uint32)[keep], want.view(np.uint32)[keep])
 
 
 @pytest.mark.parametrize("lanes", [8, 16])

@@ -216,6 +216,14 @@ def _blends(dtype: str, lanes: int) -> bool:
 
 
 _VEC_OPS = ("+", "-", "*", "/")
+# Round half to even of a float32 vector up to this many bytes is a loop over its lanes
+# (one vroundps / frintx); of a wider one, arithmetic on its bits (_Printer._vector_rint).
+# GCC compiles the 16-lane loop at AVX-512 as two 256-bit vrndscaleps halves stored to
+# the stack and loaded back as one 512-bit vector, a store-forwarding stall each time:
+# a DenseNet-121 int8 bundle's float glue (a batch normalization between a dequantize and
+# two quantizes, 56x56x256) ran 2.12 ms, and 0.69 ms with the arithmetic
+# (bench/ab_kernels.py, Xeon with AVX-512).
+RINT_LANE_LOOP_BYTES = 32
 # float32 functions a vector takes lane by lane (GCC makes one vroundps / frintx of it)
 VECTOR_CALLS = ("nearbyint", "round", "floor", "ceil", "trunc", "sqrt", "fabs", "abs")
 # lane types a vector cast converts between (no 64-bit lanes, no bool)
@@ -872,9 +880,39 @@ class _Printer:
         y = temp(vt, self._mask_blend(vt, it, over, inf, y))
         return temp(vt, self._mask_blend(vt, it, nan, x, y))
 
+    def _vector_rint(self, arg: Expr) -> str:
+        """Round half to even of a float32 vector wider than RINT_LANE_LOOP_BYTES, as
+        arithmetic on its bits: |x| + 2^23 - 2^23 rounds |x| < 2^23 to an integer in the
+        default rounding mode (the sum's unit in the last place is 1), the sign is put
+        back (so -0.4 gives -0.0), and |x| >= 2^23 (already whole), inf and NaN keep x:
+        nearbyint's results bit for bit."""
+        dt, lanes = "float32", self.vec[1]
+        vt, it = self.r.mod.vec(dt, lanes), self.r.mod.vec("int32", lanes)
+        bits, temp = self.lang.bitcast.format, self.r.temp
+        two23 = self.broadcast(Const(8388608.0, dt), _literal(Const(8388608.0, dt), self.lang))
+
+        def c(v: int, text: str) -> str:
+            return self.broadcast(Const(v, "int32"), text)
+
+        xb = temp(it, bits(type=it, x=self.operand(arg, True)))
+        ax = temp(vt, bits(type=vt, x=f"({xb} & {c(0x7FFFFFFF, '2147483647')})"))
+        r = temp(vt, f"(({ax} + {two23}) - {two23})")
+        sign = f"({xb} & {c(-(2**31), '(-2147483647 - 1)')})"
+        signed = temp(vt, bits(type=vt, x=f"({bits(type=it, x=r)} | {sign})"))
+        small = temp(it, f"({ax} < {two23})")
+        return temp(vt, self._mask_blend(vt, it, small, signed, bits(type=vt, x=xb)))
+
     def _Call(self, e: Call) -> str:
         if e.func == "exp" and self.is_vec(e):
             return self._vector_exp(e.args[0])
+        if (
+            e.func in ("nearbyint", "round")
+            and self.is_vec(e)
+            and e.dtype == "float32"
+            and self.lang.vector_lane_calls
+            and self.vec[1] * 4 > RINT_LANE_LOOP_BYTES
+        ):
+            return self._vector_rint(e.args[0])
         if self.is_vec(e):
             return self._lane_call(e)
         func = _RENAME.get(e.func, e.func)
