@@ -433,8 +433,10 @@ class _Matcher:
         float(acc + corr) * x_scale * w_scale + bias, corr = -x_zp * sum(W) exact in
         int32; the weights stay int8 (a quarter of the float bytes)."""
         node = self.graph.nodes[k]
+        if self.accel is not None:  # its epilogue requantizes: no float output there
+            return
         x = self.dq_activation(node.inputs[0])
-        if x is None or self.dense_obstacle(node) or self.on_accel_float(node):
+        if x is None or self.dense_obstacle(node):
             return
         trans_b = bool(node.attrs.get("trans_b", 0))
         wq = self.dq_weight(node.inputs[1], 0 if trans_b else 1)
@@ -473,11 +475,6 @@ class _Matcher:
             or node.attrs.get("beta", 1.0) != 1.0
             or node.attrs.get("b_block")
         )
-
-    def on_accel_float(self, node: Node) -> bool:
-        """A board with an accelerator: its dense layers stay as they were (the
-        accelerator's epilogue requantizes; a float output has no form there)."""
-        return self.accel is not None
 
     def bias_real(self, name: str | None, n: int) -> np.ndarray | None:
         """A dense layer's bias as float64 per output (a float constant or the DQ of
