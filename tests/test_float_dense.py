@@ -122,23 +122,11 @@ def test_a_float_dense_layer_on_arm_passes_its_selftest_under_qemu(name, tmp_pat
     """Cross-built for a NEON board (widening multiplies on rpi4, sdot on rpi5 with
     int8 activations), the bundle's selftest passes under qemu-aarch64: its outputs
     equal the host build's to the float tolerance."""
-    from pathlib import Path
-
-    from packager import native
-    from packager.package import package
-    from tests.test_static_link import needs_tools, run_selftest
+    from tests.test_static_link import assert_cross_selftest_passes, needs_tools
 
     board = load_board(name)
     needs_tools(board)
     model = _model("Gemm", "int8" if name == "rpi5" else "uint8", "float", True)
     graph, _ = prepare_graph(model, board, disabled_passes={"fuse"})
     assert [n.attrs["out_dtype"] for n in graph.nodes if n.op == "qdense"] == ["float32"]
-    path = tmp_path / "dense.onnx"
-    onnx.save(model, path)
-    bundle = Path(package(str(path), board, str(tmp_path / "b")))
-    exe = native.build_run_bundle(
-        bundle, board.toolchain.cc, [*native.CFLAGS, *board.toolchain.cflags]
-    )
-    r = run_selftest(exe, bundle, board.arch)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.splitlines()[-1] == "selftest: PASS"
+    assert_cross_selftest_passes(model, board, tmp_path)

@@ -6,8 +6,6 @@ QDQ semantics within one step."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import onnx
 import pytest
@@ -179,10 +177,8 @@ def test_a_dense_block_on_arm_runs_blocked_under_qemu(name, tmp_path):
     """The dense block for a 128-bit NEON board (blocks of 4 channels, the dot product
     or widening multiplies): its float glue blocked too, and the cross-built bundle's
     selftest (the host build's integer bytes) passes under qemu-aarch64."""
-    from packager import native
     from packager.boards import load_board
-    from packager.package import package
-    from tests.test_static_link import needs_tools, run_selftest
+    from tests.test_static_link import assert_cross_selftest_passes, needs_tools
 
     board = load_board(name)
     needs_tools(board)
@@ -191,12 +187,4 @@ def test_a_dense_block_on_arm_runs_blocked_under_qemu(name, tmp_path):
     (cat,) = [n for n in graph.nodes if n.op == "concat"]
     assert {graph.values[v].shape[4] for v in [*cat.inputs, *cat.outputs]} == {4}
     assert "layout_transform" not in {n.op for n in graph.nodes}
-    path = tmp_path / "dense.onnx"
-    onnx.save(model, path)
-    bundle = Path(package(str(path), board, str(tmp_path / "b")))
-    exe = native.build_run_bundle(
-        bundle, board.toolchain.cc, [*native.CFLAGS, *board.toolchain.cflags]
-    )
-    r = run_selftest(exe, bundle, board.arch)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.splitlines()[-1] == "selftest: PASS"
+    assert_cross_selftest_passes(model, board, tmp_path)

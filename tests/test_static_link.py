@@ -11,6 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import onnx
 import pytest
 
 from packager import native, runner
@@ -54,6 +55,17 @@ def run_selftest(exe: Path, bundle: Path, arch: str) -> subprocess.CompletedProc
     target root (a dynamic one stops at once: no /lib/ld-linux-*.so here)."""
     cmd = [QEMU[arch], "-strace", str(exe), str(bundle), "--selftest"]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def assert_cross_selftest_passes(model, board, tmp_path: Path) -> None:
+    """``model`` (a ModelProto) packaged for ``board``, built with its cross compiler and
+    run with --selftest under qemu-user: the selftest passes."""
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    bundle = Path(package(str(path), board, str(tmp_path / "b")))
+    r = run_selftest(BUILDS["native"](bundle, board), bundle, board.arch)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines()[-1] == "selftest: PASS"
 
 
 # --- the profiles ----------------------------------------------------------------------------

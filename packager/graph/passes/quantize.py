@@ -403,14 +403,10 @@ class _Matcher:
         )
 
     def dense(self, node, x, yq, q, act, residual) -> Node | None:
-        trans_b = bool(node.attrs.get("trans_b", 0))
-        if self.dense_obstacle(node):
+        weights = self.dense_weights(node)
+        if weights is None:
             return None
-        wq = self.dq_weight(node.inputs[1], 0 if trans_b else 1)
-        if wq is None or wq[0].ndim != 2:
-            return None
-        w, ws = wq
-        wkn = w.T if trans_b else w
+        wkn, ws = weights
         acc_scale = x[1] * ws
         bias = self.bias(node.inputs[2] if len(node.inputs) > 2 else None, acc_scale)
         if bias is None:
@@ -436,23 +432,20 @@ class _Matcher:
         if self.accel is not None:  # its epilogue requantizes: no float output there
             return
         x = self.dq_activation(node.inputs[0])
-        if x is None or self.dense_obstacle(node):
+        weights = self.dense_weights(node)
+        if x is None or weights is None:
             return
-        trans_b = bool(node.attrs.get("trans_b", 0))
-        wq = self.dq_weight(node.inputs[1], 0 if trans_b else 1)
-        if wq is None or wq[0].ndim != 2:
-            return
-        w, ws = wq
-        wkn = w.T if trans_b else w
+        wkn, ws = weights
         acc_scale = x[1] * ws
         bias = self.bias_real(node.inputs[2] if len(node.inputs) > 2 else None, len(ws))
         if bias is None:
             return
         packed = pack_dense_int8(wkn, self.lanes, min(4, wkn.shape[0]))
         padded = packed.shape[0] * self.lanes
+        w64 = wkn.astype(np.int64)
         corr = np.zeros(padded, np.int64)
-        corr[: len(ws)] = -x[2] * wkn.astype(np.int64).sum(0)
-        if np.abs(corr).max(initial=0) + 255 * np.abs(wkn.astype(np.int64)).sum(0).max() >= 2**31:
+        corr[: len(ws)] = -x[2] * w64.sum(0)
+        if np.abs(corr).max(initial=0) + 255 * np.abs(w64).sum(0).max() >= 2**31:
             return  # the int32 sum could overflow
         affine = np.zeros((2, padded), np.float32)
         affine[0, : len(ws)], affine[1, : len(ws)] = acc_scale, bias
@@ -467,14 +460,23 @@ class _Matcher:
         attrs = {"n": wkn.shape[1], "macs": macs, "x_zp": x[2], "out_dtype": "float32"}
         self.replaced[k] = Node("qdense", node.name, inputs, [out], attrs, source=node.source)
 
-    def dense_obstacle(self, node: Node) -> bool:
-        """Whether a Gemm has a form the integer dense does not take."""
-        return node.op == "gemm" and bool(
+    def dense_weights(self, node: Node):
+        """(int8 W as (K, N), per-output scales) of a MatMul / Gemm the integer dense
+        takes, or None (a Gemm with trans_a, alpha or beta, packed weights, or weights
+        that are not a DQ of int8 constants)."""
+        if node.op == "gemm" and (
             node.attrs.get("trans_a")
             or node.attrs.get("alpha", 1.0) != 1.0
             or node.attrs.get("beta", 1.0) != 1.0
             or node.attrs.get("b_block")
-        )
+        ):
+            return None
+        trans_b = bool(node.attrs.get("trans_b", 0))
+        wq = self.dq_weight(node.inputs[1], 0 if trans_b else 1)
+        if wq is None or wq[0].ndim != 2:
+            return None
+        w, ws = wq
+        return (w.T if trans_b else w), ws
 
     def bias_real(self, name: str | None, n: int) -> np.ndarray | None:
         """A dense layer's bias as float64 per output (a float constant or the DQ of
