@@ -743,6 +743,31 @@ def test_blocked_input_and_output_give_the_nchw_bytes(kind, k, pads, out_block):
         assert "qconv_pad" not in src, "a padded copy where the block is read in place"
 
 
+@pytest.mark.parametrize("c,k,loop", [(24, 1, "rcb 6"), (48, 1, "rcb_i 2"), (48, 3, "rcb_i 2")])
+def test_a_blocked_inputs_quad_steps_are_unrolled_per_block(c, k, loop):
+    """An 8-lane blocked activation holds 2 byte quads a block: the reduction steps
+    over a block are one unrolled loop (a short 1x1 reduction: all of them), so no
+    read's address divides the step by the block; the bytes are the NCHW conv's (the simple
+    schedule's)."""
+    inputs, attrs = qconv_case("uint8", 8, c=c, oc=16, hw=9, k=k)
+    inputs[1][...] = np.clip(inputs[1], -64, 64)
+    attrs |= {"pads": [k // 2] * 4, "byte_pairs": True}
+    target = CpuTarget(vector_bits=256, features=("avx2", "fma"))
+    x = _blocked(inputs[0], 8, 77)
+    battrs = attrs | {"c": c}
+    src = codegen_c(qconv_func([x, *inputs[1:]], battrs, target)[0])
+    name, n = loop.split()
+    assert re.search(rf"#pragma GCC unroll {n}\s+for \(int64_t {name} = 0; {name} < {n};", src)
+    if name == "rcb_i":  # unrolled whole, the constants fold
+        assert not re.search(r"rcb(_o)? [/%] ", src), "a read's address divides the step"
+    want = run_host(inputs, attrs, None)
+    if "avx2" in _cpu_flags():
+        np.testing.assert_array_equal(run_host([x, *inputs[1:]], battrs, target), want)
+    np.testing.assert_array_equal(
+        run_host([x, *inputs[1:]], battrs, target, (*HOST_FLAGS, "-mno-avx2")), want
+    )
+
+
 def _qdq_conv(
     c: int,
     groups: int = 1,
