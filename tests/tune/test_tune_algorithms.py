@@ -58,7 +58,10 @@ def test_tune_can_keep_to_some_forms(conv_onnx, algorithms, want):
 @pytest.mark.slow
 def test_the_build_takes_the_fastest_form(conv_onnx, tmp_path, cli):
     log = tmp_path / "conv.jsonl"
-    code, _, err = cli("tune", conv_onnx, "--board", "host", "--trials", 4, "--log", log)
+    # without the model check, whose failed rounds (test_model_check.py) would follow
+    # the records this test reads last
+    args = ("tune", conv_onnx, "--board", "host", "--trials", 4, "--log", log)
+    code, _, err = cli(*args, "--no-model-check")
     assert code == 0, err
     records = read_records(log)
     assert {r["task"]["template"] for r in records} == set(TEMPLATES)

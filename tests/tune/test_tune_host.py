@@ -34,8 +34,14 @@ def _conv_kernel(bundle):
 @pytest.mark.slow
 def test_tune_writes_a_log_the_next_build_applies(conv_onnx, tmp_path, cli):
     log = tmp_path / "conv.jsonl"
-    code, out, err = cli("tune", conv_onnx, "--board", "host", "--trials", 16, "--log", log)
+    # The model check (test_model_check.py) may append a failed confirm round for each
+    # confirmed config when, on a noisy machine, the tuned kernel ran no faster in the
+    # model: this test counts the search's and the confirm rounds' records only.
+    code, out, err = cli(
+        "tune", conv_onnx, "--board", "host", "--trials", 16, "--log", log, "--no-model-check"
+    )
     assert code == 0, err
+    assert "model check" not in err
     assert "conv2d_nchwc" in out and "trials exhausted (16 of 16)" in out
     assert "16/16 trials  best " in err
     lines = log.read_text().splitlines()
