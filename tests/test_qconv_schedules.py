@@ -28,7 +28,9 @@ from packager.graph.passes.quantize import (
     quantize,
 )
 from packager.graph.pipeline import PassContext
+from packager.ops._cpu import find_tagged
 from packager.ops.int8_intrin import byte_pairs_fit
+from packager.ops.quantized import PLANE_PAD_BYTES
 from packager.target import CpuTarget
 from tests.ops.harness import haswell_asm, innermost_fma_loop
 from tests.test_tensorize import (
@@ -536,6 +538,41 @@ def test_depthwise_pairs_read_a_blocked_input_and_write_the_nchw_bytes(out_block
         want = _blocked(want, 8, 0)
         got[:, -1, :, :, 20 - 16 :] = 0  # the channels past oc: not compared
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "c,hw,cores,per_plane",
+    [
+        (32, 14, 2, True),  # 4 planes of 8 channels share out over 2 cores
+        (20, 14, 2, False),  # 3 do not: the copy at root, its rows on the pool
+        (20, 14, 1, True),  # one core: any count
+        (16, 130, 1, False),  # a 132 x 136 x 8 plane is over PLANE_PAD_BYTES
+    ],
+)
+def test_a_blocked_depthwise_pads_one_plane_at_a_time(c, hw, cores, per_plane):
+    """Blocked in and out: the padded copy is one channel block's plane, made in the
+    loop over planes just before its rows read it, where the planes share out evenly
+    over the cores and one fits PLANE_PAD_BYTES; else the whole copy at root. The
+    bytes are the NCHW one-tap-a-step conv's either way."""
+    plain, pairs, attrs = dw_pairs_case("uint8", 3, 1, hw, c=c)
+    want = _blocked(run_host(plain, attrs, None), 8, 0)
+    x = _blocked(pairs[0], 8, 77)
+    battrs = attrs | {"c": c, "out_block": True, "dw_pairs": 3}
+    target = CpuTarget(vector_bits=256, features=("avx2", "fma"), cores=cores)
+    func, out = qconv_func([x, *pairs[1:]], battrs, target)
+    pad = find_tagged(out, "pad")
+    planes, plane = pad.shape[1], int(np.prod(pad.shape[2:]))
+    src = codegen_c(func)
+    size = re.search(
+        r"qconv_pad(?:\[(\d+)\];| = \(uint8_t\*\)pk_scratch_alloc\(\(size_t\)(\d+))", src
+    )
+    assert int(size[1] or size[2]) == (plane if per_plane else planes * plane)
+    assert (plane > PLANE_PAD_BYTES) == (hw == 130)
+    flags = [(*HOST_FLAGS, "-mno-avx2")] + ([HOST_FLAGS] if "avx2" in _cpu_flags() else [])
+    for cflags in flags:  # the intrinsics' C loops, and their AVX2 bodies where they run
+        got = run_host([x, *pairs[1:]], battrs, target, cflags)
+        got[:, -1, :, :, c % 8 or 8 :] = 0  # the channels past oc: not compared
+        np.testing.assert_array_equal(got, want)
 
 
 def grouped_case(act: str, lanes: int, c: int, oc: int, groups: int, k=3, stride=1, seed=2):

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import te
 from ._cpu import fallback, find_tagged, padded_copy_at_root, run_parallel
 from ._window import out_len, reduce_axes, split_pads, window_index
@@ -898,18 +900,27 @@ def _seven_wide_byte_quads(acc: te.Tensor, intrin, taps: bool, cols: int) -> boo
     )
 
 
-def _tile_output(ctx: ScheduleContext, st_out, t_oc: int, t_ow: int, lanes: int):
+def _tile_output(ctx: ScheduleContext, st_out, t_oc: int, t_ow: int, lanes: int, plane_pad=None):
     """The output's loops in tiles of ``t_oc`` channel blocks x ``t_ow`` columns, the
     tiles' rows on the thread pool; returns the tile's column loop (where the tile is
     computed). A blocked output (N, C/L, H, W, L) is the epilogue itself, each block of
     L lanes one vector; an NCHW one copies the blocked epilogue out, a row of the tile's
-    columns one vector."""
+    columns one vector. ``plane_pad`` (a depthwise conv's padded-input stage, blocked
+    output): the pool takes whole planes of a block instead of rows, and the stage pads
+    each plane just before its rows read it (per_plane_pad)."""
     if len(st_out.op.axis) == 5:
         n, ob, oh, ow, oi = st_out.op.axis
         mo, mi = st_out.split(ob, t_oc)
         owo, owi = st_out.split(ow, t_ow)
         st_out.reorder(n, mo, oh, owo, mi, owi, oi)
         st_out.vectorize(oi)
+        if plane_pad is not None:
+            plane = st_out.fuse(n, mo)
+            if ctx.target.cores > 1:
+                st_out.parallel(plane)
+            plane_pad.compute_at(st_out, plane)
+            plane_pad.vectorize(plane_pad.op.axis[-1])
+            return owo
     else:
         n, m, oh, ow = st_out.op.axis
         mo, mi = st_out.split(m, t_oc * lanes)
@@ -1022,6 +1033,20 @@ def dense_tile(blocks: int) -> int:
 
 
 DW_TILE = 8  # depthwise: output columns per tile (one int32 vector each)
+# A depthwise conv's padded input made one plane (one channel block) at a time, just
+# before that plane's rows read it, instead of the whole copy at root (_plane_pad).
+# Measured on an AMD EPYC Zen 4 (tv_mobilenet_v2 int8, bench/ab_kernels.py, 1 thread):
+# with AVX2 (8-channel blocks, planes up to 104 KB) the depthwise kernels took 0.95x
+# their time (0.75-0.97x each); with VNNI (16 channels) the 112x112 layers' 206 KB
+# planes ran 1.07-1.11x (the stride-2 one) and 0.98x, so planes over PLANE_PAD_BYTES
+# keep the copy at root, and the rest took 0.96x. On 2 threads, where the pool takes
+# whole planes (each core reads the copy it made), bench/ab_bundles.py --threads 2
+# --rounds 7: the changed kernels 0.85x (AVX2) and 0.80x (VNNI), whole runs 3.41 ->
+# 3.20 ms and 1.75 -> 1.72 ms.
+PLANE_PAD_BYTES = 128 * 1024
+# planes that do not share out evenly over the cores still go per plane from this many
+# a core (the last share's idle core is then a small part of the layer)
+PLANE_PAD_SHARES = 4
 
 
 def _depthwise_qconv(ctx: ScheduleContext, acc: te.Tensor) -> te.Schedule:
@@ -1039,9 +1064,8 @@ def _depthwise_qconv(ctx: ScheduleContext, acc: te.Tensor) -> te.Schedule:
     sch = te.create_schedule(ctx.outs)
     rqb = find_tagged(out, "requantize_blocked")
     _inline_rest(sch, [t for t in (acc, pad, rqb) if t is not None])
-    padded_copy_at_root(sch[pad], ctx.target.cores > 1, True)
     st_out = sch[out]
-    owo = _tile_output(ctx, st_out, 1, t_ow, lanes)
+    owo = _tile_output(ctx, st_out, 1, t_ow, lanes, _plane_pad(ctx, sch, pad, out))
     st = sch[acc]
     st.compute_at(st_out, owo)
     an, ob, aoh, aow, oi = st.op.axis
@@ -1065,6 +1089,22 @@ def _depthwise_qconv(ctx: ScheduleContext, acc: te.Tensor) -> te.Schedule:
     return sch
 
 
+def _plane_pad(ctx: ScheduleContext, sch: te.Schedule, pad: te.Tensor, out: te.Tensor):
+    """A depthwise conv's padded input: made one block's plane at a time, just before
+    the plane's rows read it (from the cache it was written to), where the output is
+    blocked, a plane is at most PLANE_PAD_BYTES and the planes share out evenly over
+    the cores; returns that stage for _tile_output. Else None: the whole copy made
+    once at root, its rows on the thread pool."""
+    planes = out.shape[0] * out.shape[1]
+    cores = ctx.target.cores
+    even = cores == 1 or planes % cores == 0 or planes >= PLANE_PAD_SHARES * cores
+    plane = math.prod(pad.shape[2:]) * np.dtype(pad.dtype).itemsize
+    if out.ndim == 5 and plane <= PLANE_PAD_BYTES and even:
+        return sch[pad]
+    padded_copy_at_root(sch[pad], cores > 1, True)
+    return None
+
+
 def _dw_pairs_qconv(ctx: ScheduleContext, acc: te.Tensor, pad: te.Tensor) -> te.Schedule:
     """Depthwise in column pairs (_dw_pairs_acc): per tile of one block of L channels
     and the accumulator's tile of pairs, the kernel rows outside and one intrinsic call
@@ -1076,9 +1116,8 @@ def _dw_pairs_qconv(ctx: ScheduleContext, acc: te.Tensor, pad: te.Tensor) -> te.
     sch = te.create_schedule(ctx.outs)
     rqb = find_tagged(out, "requantize_blocked")
     _inline_rest(sch, [t for t in (acc, pad, rqb) if t is not None])
-    padded_copy_at_root(sch[pad], ctx.target.cores > 1, True)
     st_out = sch[out]
-    owo = _tile_output(ctx, st_out, 1, tile * phases, lanes)
+    owo = _tile_output(ctx, st_out, 1, tile * phases, lanes, _plane_pad(ctx, sch, pad, out))
     st = sch[acc]
     st.compute_at(st_out, owo)
     an, ob, aoh, ap, ar, oi = st.op.axis

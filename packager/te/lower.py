@@ -297,32 +297,48 @@ class _Lowering:
     def _attach_producers(self, st: Stage, nest: _Nest, exprs: list) -> dict:
         """Lower the stages computed at this stage's leaves: {leaf id: (nests, bufs)}.
         A producer may also be read by stages computed after it at the same leaf (a
-        softmax row's max, read by its sum and by the outputs): its region then covers
-        their reads too, so regions are inferred last stage first."""
+        softmax row's max, read by its sum and by the outputs), or at a deeper leaf of
+        this stage (a depthwise conv's padded plane, read by the tiles computed inside
+        it): its region then covers their reads too, so regions are inferred last stage
+        first, the deepest leaf first."""
         out: dict = {}
         leaves = st.leaf_iter_vars
-        for k, iv in enumerate(leaves):
+        deeper: list = []  # producers at deeper leaves, their reads and their loops' ranges
+        deeper_reads: list = []
+        deeper_ranges: dict = {}
+        found = []  # (leaf, its producers, their regions), the deepest leaf first
+        for k in range(len(leaves) - 1, -1, -1):
+            iv = leaves[k]
             prods = self.attached.get(id(iv), [])
+            if not prods:
+                continue
             ranging = {x.var: (0, nest.ext[x] - 1) for x in leaves[k + 1 :]}
+            ranging.update(deeper_ranges)
             regions: dict = {}
-            readers: list = list(exprs)  # what each earlier producer's region must cover
+            readers: list = list(exprs) + deeper_reads  # what each producer's region covers
             for j in range(len(prods) - 1, -1, -1):
                 prod = prods[j]
-                self._check_single_consumer(prod, st, prods[j + 1 :])
+                self._check_single_consumer(prod, st, prods[j + 1 :] + deeper)
                 regions[j] = infer_region(readers, prod.tensor, ranging, self.simp)
                 pnest = _Nest(prod, regions[j])
                 for x in prod.leaf_iter_vars:
                     ranging[x.var] = self.ranges[x.var] = (0, pnest.ext[x] - 1)
                 readers.append(substitute(self.body_of(prod), pnest.var_map))
+            deeper, deeper_reads, deeper_ranges = deeper + prods, readers[len(exprs) :], ranging
+            found.append((iv, prods, regions))
+        bound = []  # every buffer bound before any nest is lowered: a deeper one reads them
+        for iv, prods, regions in reversed(found):
             for j, prod in enumerate(prods):
                 region = regions[j]
                 shape = tuple(e for _, e in region)
                 # a stage cached in a named scope (shared, accel.inp, ...) keeps it
                 scope = "local" if prod.scope == "global" else prod.scope
                 buf = self._bind(prod.tensor, tuple(b for b, _ in region), shape, scope)
-                nests, bufs = out.setdefault(id(iv), ([], []))
-                nests.append(self.stage_nest(prod, region))
-                bufs.append(buf)
+                bound.append((iv, prod, region, buf))
+        for iv, prod, region, buf in bound:
+            nests, bufs = out.setdefault(id(iv), ([], []))
+            nests.append(self.stage_nest(prod, region))
+            bufs.append(buf)
         return out
 
     def _check_single_consumer(self, prod: Stage, consumer: Stage, siblings=()) -> None:

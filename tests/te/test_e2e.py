@@ -75,6 +75,46 @@ def test_padded_conv_compute_at():
     assert f"float pad[{C * K * (W + 2 * P)}];" in src
 
 
+def test_a_stage_computed_at_an_outer_leaf_feeds_one_computed_deeper():
+    """The padded plane of one channel at the output's channel loop, read by the
+    accumulator tile computed at the column loop inside it: the plane covers the tile's
+    reads over every row and column tile, and the tile reads it in place."""
+    C, H, W, K, T = 3, 9, 10, 3, 5
+    X = te.placeholder((C, H, W), name="X")
+    Wt = te.placeholder((C, K, K), name="Wt")
+    inside = lambda y, x: te.all_of(y >= 1, y < H + 1, x >= 1, x < W + 1)  # noqa: E731
+    pad = te.compute(
+        (C, H + 2, W + 2),
+        lambda c, y, x: te.select(inside(y, x), X[c, y - 1, x - 1], 0.0),
+        name="pad",
+    )
+    ry, rx = te.reduce_axis(K, "ry"), te.reduce_axis(K, "rx")
+    acc = te.compute(
+        (C, H, W),
+        lambda c, y, x: te.sum(pad[c, y + ry, x + rx] * Wt[c, ry, rx], (ry, rx)),
+        name="acc",
+    )
+    out = te.compute((C, H, W), lambda c, y, x: te.max_(acc[c, y, x], 0.0), name="out")
+    s = te.create_schedule(out)
+    c, y, x = s[out].op.axis
+    xo, _ = s[out].split(x, T)
+    s[pad].compute_at(s[out], c)
+    s[acc].compute_at(s[out], xo)
+    xa = rng.standard_normal((C, H, W), "float32")
+    wa = rng.standard_normal((C, K, K), "float32")
+    (o,), src = run(s, [X, Wt, out], "k_dw", [xa, wa])
+    xp = np.pad(xa, ((0, 0), (1, 1), (1, 1)))
+    ref = sum(
+        xp[:, i : i + H, j : j + W] * wa[:, i : i + 1, j : j + 1]
+        for i in range(K)
+        for j in range(K)
+    )
+    np.testing.assert_allclose(o, np.maximum(ref, 0), rtol=1e-5, atol=1e-5)
+    assert f"float pad[{(H + 2) * (W + 2)}];" in src and f"float acc[{T}];" in src
+    # the plane is made once per channel, before the channel's rows
+    assert src.index("float pad[") < src.index("float acc[")
+
+
 def test_inlined_elementwise_chain():
     A = te.placeholder((6, 7), name="A")
     B = te.compute(A.shape, lambda i, j: A[i, j] * 2.0, name="B")
