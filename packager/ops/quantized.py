@@ -907,7 +907,7 @@ def _tile_output(ctx: ScheduleContext, st_out, t_oc: int, t_ow: int, lanes: int,
     L lanes one vector; an NCHW one copies the blocked epilogue out, a row of the tile's
     columns one vector. ``plane_pad`` (a depthwise conv's padded-input stage, blocked
     output): the pool takes whole planes of a block instead of rows, and the stage pads
-    each plane just before its rows read it (per_plane_pad)."""
+    each plane just before its rows read it (_plane_pad)."""
     if len(st_out.op.axis) == 5:
         n, ob, oh, ow, oi = st_out.op.axis
         mo, mi = st_out.split(ob, t_oc)
