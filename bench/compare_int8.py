@@ -180,10 +180,13 @@ def main(argv=None) -> int:
         help="7: weights in 7 bits (onnxruntime's reduce_range, `packager quantize "
         "--weight-bits 7`), which an AVX2 CPU without VNNI multiplies with vpmaddubsw",
     )
+    co.add_ort_isa(p)
     args = p.parse_args(argv)
+    co.use_ort_isa(p, args)
     for name in args.models:
         row = bench(name, args.size, args.rounds, args.repeat, args.board, args.weight_bits)
-        print(json.dumps({**row, "board": args.board, "weight_bits": args.weight_bits}), flush=True)
+        row.update(board=args.board, weight_bits=args.weight_bits, ort_isa=args.ort_isa)
+        print(json.dumps(row), flush=True)
     return 0
 
 

@@ -45,6 +45,9 @@ import ocr_nets  # noqa: E402
 import torchvision_nets  # noqa: E402
 import vad  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+import cpuid_mask  # noqa: E402
+
 sys.path.insert(0, str(ROOT / "scripts"))
 import fetch_models  # noqa: E402
 
@@ -225,19 +228,34 @@ def time_ort_process(
     without it)."""
     cmd = [sys.executable, __file__, "--ort-child", str(model_path), str(threads), str(repeat)]
     cmd += [f"{name}={path}" for name, path in inputs.items()]
-    r = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    env = dict(os.environ, PK_ORT_ISA=ORT_ISA)
+    r = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
     return json.loads(r.stdout.strip().splitlines()[-1])[f"{stat}_ms"]
+
+
+# which of its kernels ORT runs: "native" (what it picks for this CPU) or "avx2" (its
+# AVX2 ones: the child holds its own CPUID to an AVX2 machine's, cpuid_mask.py)
+ORT_ISA = "native"
 
 
 def ort_child(argv) -> int:
     model_path, threads, repeat, *inputs = argv
+    isa = os.environ.get("PK_ORT_ISA", "native")
+    if isa == "avx2":
+        assert "onnxruntime" not in sys.modules, "onnxruntime was loaded before the hold"
+        cpuid_mask.hold_to_avx2()
+    elif isa != "native":
+        raise SystemExit(f"PK_ORT_ISA={isa}: not native or avx2")
     model = onnx.load(model_path)
     feeds = {}
     for item in inputs:
         name, path = item.split("=", 1)
         feeds[name] = np.load(path)
     sess = ort_session(model, int(threads))
-    print(json.dumps({f"{k}_ms": time_ort(sess, feeds, int(repeat), k) for k in STATS}))
+    row = {f"{k}_ms": time_ort(sess, feeds, int(repeat), k) for k in STATS}
+    if isa == "avx2":
+        row["cpuid_traps"] = cpuid_mask.traps()  # how often ORT asked the held CPUID
+    print(json.dumps(row))
     return 0
 
 
@@ -338,6 +356,25 @@ def compare(
     return rows
 
 
+def add_ort_isa(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ort-isa",
+        choices=["native", "avx2"],
+        default="native",
+        help="native: ORT runs the kernels it picks for this CPU; avx2: the ones it runs "
+        "on an AVX2 machine, its process held to an AVX2 CPU's CPUID (cpuid_mask.py; "
+        "Linux x86_64 with CPUID faulting), the peer for --board host-avx2",
+    )
+
+
+def use_ort_isa(p: argparse.ArgumentParser, args) -> None:
+    global ORT_ISA
+    if args.ort_isa == "avx2" and not cpuid_mask.can_mask():
+        p.error("--ort-isa avx2: this CPU or kernel cannot fault CPUID (no cpuid_fault flag)")
+    ORT_ISA = args.ort_isa
+    print(f"ORT kernels: {ORT_ISA}", flush=True)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--ort-child"]:
@@ -380,9 +417,12 @@ def main(argv=None) -> int:
         "--board",
         default="host",
         help="the local board profile to build for (default host): host-avx2 times the "
-        "256-bit AVX2 kernels on an AVX-512 machine (ORT still picks its own kernels)",
+        "256-bit AVX2 kernels on an AVX-512 machine (ORT still picks its own kernels "
+        "unless --ort-isa avx2)",
     )
+    add_ort_isa(p)
     args = p.parse_args(argv)
+    use_ort_isa(p, args)
     if not load_board(args.board).is_local:
         p.error(f"--board {args.board}: not a local board (it has a connection)")
     rows = []
