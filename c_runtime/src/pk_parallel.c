@@ -12,15 +12,17 @@
  * rather than a silent single thread or an unpinned pool.
  *
  * Workers spin briefly for the next job before sleeping (kernels come microseconds apart).
- * Work is handed out through an atomic counter in chunks of contiguous indices, each a
- * share of what is left (run_chunks): kernels parallelize outer loops whose iterations
- * are large, so the counter is cheap next to the work, the chunks shrink towards the end
- * so uneven iterations balance themselves, and a thread's next index is mostly its own
- * (a conv tile that prefetches the next tile's weights fetches them for itself). The
- * caller waits only for the workers that took part in a loop: on a busy machine a worker
- * may not run for a scheduler time slice, and the caller then does the whole loop itself
- * instead of waiting for it. A parallel loop inside a parallel loop, or one started while
- * another thread owns the pool, runs serially in the calling thread.
+ * Each thread owns one contiguous range of a loop's indices, the same in every loop, and
+ * takes it in shrinking chunks; a thread done with its own takes from the back of the
+ * others' (run_ranges): kernels parallelize outer loops whose iterations are large, so
+ * the atomic takes are cheap next to the work, uneven iterations balance themselves, a
+ * thread's next index is mostly its own (a conv tile that prefetches the next tile's
+ * weights fetches them for itself), and a kernel reads the rows its thread wrote in the
+ * one before from that core's cache. The caller waits only for the workers that took
+ * part in a loop: on a busy machine a worker may not run for a scheduler time slice, and
+ * the caller then does the whole loop itself (its range, then the others') instead of
+ * waiting for it. A parallel loop inside a parallel loop, or one started while another
+ * thread owns the pool, runs serially in the calling thread.
  */
 #if defined(PK_USE_THREADS) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* pthread_setaffinity_np */
@@ -177,7 +179,63 @@ static void pin(int thread) {
 #endif
 }
 
-static void run_chunks(void (*body)(void* ctx, int64_t i), void* ctx, int64_t n) {
+/* Thread k of T owns the k-th of T contiguous ranges of the indices, the same split in
+ * every loop: kernels parallelize the same outer dimension one after another (rows of an
+ * image, mostly), so the rows a thread writes in one kernel are the rows it reads in the
+ * next, from its own core's cache. A range is one word, its next index in the low half
+ * and its end in the high half. The owner takes chunks of a quarter of what is left from
+ * the front; a thread whose own range is done takes half of what is left of another's
+ * from the back, so a late or slow thread's work is shared and its next indices stay its
+ * own. Loops of 2^32 indices or more take chunks from one counter (run_shared). */
+typedef struct {
+    uint64_t word;
+    char pad[56]; /* a cache line each: the owners' takes do not contend */
+} pk_range;
+
+#if defined(__GNUC__)
+static pk_range ranges[PK_MAX_THREADS] __attribute__((aligned(64)));
+#else
+static pk_range ranges[PK_MAX_THREADS];
+#endif
+
+static void split_ranges(int64_t n, int threads) {
+    for (int k = 0; k < threads; k++) {
+        uint64_t lo = (uint64_t)(n * k / threads), hi = (uint64_t)(n * (k + 1) / threads);
+        __atomic_store_n(&ranges[k].word, (hi << 32) | lo, __ATOMIC_RELAXED);
+    }
+}
+
+/* A chunk [*lo, *hi) of range r, from its front (owner) or its back; 0 when it is empty. */
+static int take(pk_range* r, int owner, int64_t* lo, int64_t* hi) {
+    uint64_t w = __atomic_load_n(&r->word, __ATOMIC_RELAXED);
+    for (;;) {
+        uint32_t next = (uint32_t)w, end = (uint32_t)(w >> 32);
+        if (next >= end) return 0;
+        uint32_t left = end - next;
+        uint32_t n = owner ? (left + 3) / 4 : (left + 1) / 2;
+        uint64_t after = owner ? w + n : ((uint64_t)(end - n) << 32) | next;
+        if (__atomic_compare_exchange_n(&r->word, &w, after, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED)) {
+            *lo = owner ? next : end - n;
+            *hi = owner ? next + n : end;
+            return 1;
+        }
+    }
+}
+
+static void run_ranges(void (*body)(void* ctx, int64_t i), void* ctx, int self, int threads) {
+    in_parallel = 1;
+    int64_t lo, hi;
+    for (int j = 0; j < threads; j++) {
+        pk_range* r = &ranges[(self + j) % threads];
+        while (take(r, j == 0, &lo, &hi))
+            for (int64_t i = lo; i < hi; i++)
+                body(ctx, i);
+    }
+    in_parallel = 0;
+}
+
+static void run_shared(void (*body)(void* ctx, int64_t i), void* ctx, int64_t n) {
     in_parallel = 1;
     int64_t share = 2 * (int64_t)(pool.workers + 1);
     int64_t i = __atomic_load_n(&pool.next, __ATOMIC_RELAXED);
@@ -193,6 +251,14 @@ static void run_chunks(void (*body)(void* ctx, int64_t i), void* ctx, int64_t n)
         i = __atomic_load_n(&pool.next, __ATOMIC_RELAXED);
     }
     in_parallel = 0;
+}
+
+/* Thread ``self``'s part of the current job. */
+static void run_job(int self) {
+    if (pool.n <= (int64_t)UINT32_MAX)
+        run_ranges(pool.body, pool.ctx, self, pool.workers + 1);
+    else
+        run_shared(pool.body, pool.ctx, pool.n);
 }
 
 /* Kernels follow each other within microseconds; a worker that sleeps between them
@@ -245,12 +311,13 @@ static uint32_t enter_next_job(uint32_t seen) {
 }
 
 static void* worker(void* arg) {
-    pin((int)(intptr_t)arg);
+    int self = (int)(intptr_t)arg;
+    pin(self);
     uint32_t seen = 0;
     for (;;) {
         seen = enter_next_job(seen);
         /* Entered: the caller waits for this worker before it changes the job. */
-        run_chunks(pool.body, pool.ctx, pool.n);
+        run_job(self);
         /* Leave. Sequentially consistent with the caller's close and its reading of
          * ``left``: either the caller sees this worker gone, or this worker sees the job
          * closed and, if it is the last to leave, signals (under the lock: the caller
@@ -298,6 +365,7 @@ void pk_parallel_for(void (*body)(void* ctx, int64_t i), void* ctx, int64_t n) {
     pool.ctx = ctx;
     pool.n = n;
     __atomic_store_n(&pool.next, 0, __ATOMIC_RELAXED);
+    if (n <= (int64_t)UINT32_MAX) split_ranges(n, pool.workers + 1);
     __atomic_store_n(&pool.left, 0, __ATOMIC_RELAXED);
     uint32_t number = job_number(__atomic_load_n(&pool.job, __ATOMIC_RELAXED)) + 1;
     pthread_mutex_lock(&mu);
@@ -305,7 +373,7 @@ void pk_parallel_for(void (*body)(void* ctx, int64_t i), void* ctx, int64_t n) {
     pthread_cond_broadcast(&work_cv);
     pthread_mutex_unlock(&mu);
 
-    run_chunks(body, ctx, n);
+    run_job(0);
 
     /* Every index is handed out: close the job, then wait for the workers that entered. */
     uint64_t w = __atomic_load_n(&pool.job, __ATOMIC_SEQ_CST);
