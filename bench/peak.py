@@ -254,7 +254,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", default="resnet18", help="a model of bench/compare_ort.py")
     p.add_argument("--top", type=int, default=20, help="how many layers to list")
-    p.add_argument("--lanes", type=int, default=8, help="float lanes per vector (8 = 256-bit)")
+    p.add_argument(
+        "--lanes",
+        type=int,
+        help="float lanes per vector (8 = 256-bit; default: the host board's vector width, "
+        "the width its kernels are built for)",
+    )
     p.add_argument("--peak-only", action="store_true")
     p.add_argument("--int8", action="store_true", help="also the int8 multiply-accumulate peak")
     p.add_argument(
@@ -264,6 +269,10 @@ def main(argv=None) -> int:
         "GFLOPS count the direct conv's work, so they can read above the peak)",
     )
     args = p.parse_args(argv)
+    if args.lanes is None:
+        from packager.boards import load_board
+
+        args.lanes = load_board("host").vector_bits // 32
     peak = measure_peak(args.lanes)
     print(f"single-core FMA peak: {peak:.1f} GFLOPS ({args.lanes} lanes)")
     if args.int8:
