@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from .. import te
 from ..te.expr import Call, Select, walk
 from ..te.schedule import PARALLEL_MIN_ELEMS, default_schedule, parallel_outer, vector_lanes
@@ -25,6 +29,42 @@ def input_outgrows_l2(input_bytes: int, target, passes: int) -> bool:
     output blocks) would stream it from beyond the L2 each time."""
     l2 = target.l2_bytes or DEFAULT_L2_BYTES
     return passes >= OUTER_MIN_PASSES and input_bytes > OUTER_INPUT_L2 * l2
+
+
+def rows_first(target, weight_bytes: int, data_bytes: int) -> bool:
+    """Whether a conv built for a multi-core ``target`` gives each core a share of the
+    output rows (all the channel blocks of its rows) rather than of the channel blocks
+    (all the rows): where its weights are no larger than its input and output together
+    (``data_bytes``). The thread pool gives each core the same share of every parallel
+    loop (runtime/src/pk_parallel.c), so with rows outside a core reads the rows its
+    stage before wrote from its own cache (but for a window's edge rows), where with
+    blocks outside every conv reads all its input channels, half of them written by the
+    other core. Where the weights are the larger (a 3x3 conv at 7x7, 320 -> 1280 at
+    7x7), rows outside, each core would read all of them rather than its blocks' share:
+    tv_resnet18's 256 -> 512 3x3 conv at 7x7 (4.7 MB of weights) took 1.81x its time.
+
+    Measured on an Intel Xeon (family 6 model 167, 2 cores, L2 2 MiB each), untuned,
+    run_bundle alternating A and B: tv_mobilenet_v2 at 2 threads 0.936x the time
+    (`host`, AVX-512; and 0.936x `host-avx2`), tv_resnet18 0.977x; at 1 thread 1.00x,
+    1.01x and 0.99x. Its 1x1 convs and stem that turned took 0.68-0.94x their time; the
+    depthwise convs (row_bands) over 56x56 and 112x112 inputs 0.82-0.92x, while those
+    over 14x14 and 28x28 took 1.15-1.33x, all of them against kernels split by blocks
+    on both sides of them."""
+    return target.cores > 1 and weight_bytes <= data_bytes
+
+
+def row_bands(target, rows: int) -> int:
+    """Bands of output rows, one per core, a depthwise conv or a pool of ``rows`` output
+    rows takes outside its channel blocks (their weights are a few taps: rows_first
+    holds), where the rows share out evenly; 1 (channel blocks outside) elsewhere: bands
+    of 4 rows over 7, a guard past the last, made tv_mobilenet_v2's 7x7 depthwise convs
+    7x slower."""
+    cores = target.cores
+    return cores if cores > 1 and rows % cores == 0 else 1
+
+
+def tensor_bytes(t: te.Tensor) -> int:
+    return math.prod(t.shape) * np.dtype(t.dtype).itemsize
 
 
 def vector_registers(target) -> int:

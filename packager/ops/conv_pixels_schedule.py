@@ -4,7 +4,10 @@ need not divide a row.
 
 Loop nest, the knobs in quotes, defaults first:
 
-    parallel (n, block tiles, pixel tiles)  -- "outer_order": oc_p | p_oc
+    parallel (n, block tiles, pixel tiles)  -- "outer_order": oc_p | p_oc (p_oc on a
+                                               multi-core board where the weights are
+                                               no larger than the input and output,
+                                               _cpu.rows_first)
       conv tile (a local buffer in registers): for rcb, rci ("unroll_rci": all lanes):
         for pixel, block (unrolled; "tile_p" pixels, "tile_oc" blocks):
           acc[block][pixel][:] += x[pixel broadcast] * w[block vector]
@@ -37,6 +40,8 @@ from ._cpu import (
     MAX_UNROLLED,
     inline_around_pad,
     input_outgrows_l2,
+    rows_first,
+    tensor_bytes,
     vector_registers,
 )
 from .registry import ScheduleContext
@@ -78,6 +83,17 @@ def pixel_multiple(target, out_blocks: int, input_bytes: int) -> int:
     return PIXEL_MULTIPLE
 
 
+def _default_outer(conv: te.Tensor, target, oc_tile: int) -> str:
+    """``p_oc`` (each core a share of the pixel tiles, all blocks) where the thread pool
+    has cores to share and the weights are no larger than the input (_cpu.rows_first),
+    else ``oc_p``."""
+    weight = conv_weight(conv)
+    if weight is None or conv.shape[1] // oc_tile < 2:
+        return "oc_p"
+    data = tensor_bytes(conv.op.input_tensors[0]) + tensor_bytes(conv)
+    return "p_oc" if rows_first(target, tensor_bytes(weight), data) else "oc_p"
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -90,7 +106,7 @@ def schedule_pixels_cpu(ctx: ScheduleContext, conv: te.Tensor) -> Schedule:
     pair = PIXEL_BLOCKS if out_blocks % PIXEL_BLOCKS == 0 else 1
     oc = cfg.define("tile_oc", [d for d in _divisors(out_blocks) if d <= 4], pair)
     px = cfg.define("tile_p", _divisors(multiple)[::-1], multiple)
-    outer = cfg.define("outer_order", ("oc_p", "p_oc"), "oc_p")
+    outer = cfg.define("outer_order", ("oc_p", "p_oc"), _default_outer(conv, ctx.target, oc))
     lanes = conv.op.reduce_axis[1].extent
     # every lane of a block unrolled: tuning tv_mobilenet_v2 on a Zen 3 (2 threads), the
     # best config of each of its 13 pixel-tiled convs unrolled 8 lanes or 4; as the

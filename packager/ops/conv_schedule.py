@@ -5,8 +5,10 @@ Loop nest (TVM's x86 NCHWc schedule, in our primitives), the knobs in quotes, de
 first:
 
     parallel (n, ob_outer, oh_outer)      -- "parallel"; "outer_order": oc_oh | oh_oc
-                                             (oh_oc for a 1x1 conv over a large input
-                                             or a strided one)
+                                             (oh_oc on a multi-core board where the
+                                             weights are no larger than the input and
+                                             output, _cpu.rows_first; for a 1x1 conv
+                                             over a large input or a strided one)
       ow_outer
         conv tile (computed at ow_outer, a local buffer the codegen keeps in vector
         registers): for the reduction loops -- "reduce_order" (rcb kh kw rci, ...),
@@ -46,6 +48,8 @@ from ._cpu import (
     inline_around_pad,
     input_outgrows_l2,
     padded_copy_at_root,
+    rows_first,
+    tensor_bytes,
     vector_registers,
 )
 from .conv_pixels_schedule import schedule_pixels_cpu
@@ -311,6 +315,8 @@ def default_outer_order(conv: te.Tensor, target, passes: int) -> str:
     and 0.78x; 28 -> 14: 0.83x and 0.73x; 14 -> 7: 1.03x and 0.90x) while its other
     kernels read 1.035x and 0.99x; light ResNet-50's 1024 -> 2048 projection, the one
     the size rule left, 0.93x against 0.975x."""
+    if passes > 1 and _rows_first(conv, target):
+        return "oh_oc"
     if _pointwise(conv) is None or passes < OUTER_MIN_PASSES:
         return "oc_oh"
     if _strided(conv):
@@ -318,6 +324,14 @@ def default_outer_order(conv: te.Tensor, target, passes: int) -> str:
     x = conv.op.input_tensors[0]
     size = math.prod(x.shape) * np.dtype(x.dtype).itemsize
     return "oh_oc" if input_outgrows_l2(size, target, passes) else "oc_oh"
+
+
+def _rows_first(conv: te.Tensor, target) -> bool:
+    weight = conv_weight(conv)
+    if weight is None:
+        return False
+    data = tensor_bytes(conv.op.input_tensors[0]) + tensor_bytes(conv)
+    return rows_first(target, tensor_bytes(weight), data)
 
 
 def carried_taps_spill(conv: te.Tensor, oc_tile: int, kw: int) -> bool:

@@ -8,7 +8,10 @@ made, not by the FMA units. Loop nest:
     pad (knob "pad"):
       inline: guarded loads in the hot loop (one branch per tap for all lanes; default)
       root:   parallel (n, cb, h): for w: for ci (vectorized): the padded copy
-    parallel (n, ob_outer, oh)            -- knob "parallel"
+    parallel (n, ob_outer, oh)            -- knob "parallel"; on a board whose cores
+                                             divide the rows, (n, band, ob_outer) with
+                                             ohi inside: a band of rows per core
+                                             (_cpu.row_bands)
       ow_outer
         conv tile (computed at ow_outer):
           for kh, kw: for ob_inner, ow_inner (unrolled): for oi (vectorized):
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 from .. import te
 from ..te.schedule import Schedule, create_schedule
-from ._cpu import inline_around_pad, padded_copy_at_root, vector_registers
+from ._cpu import inline_around_pad, padded_copy_at_root, row_bands, vector_registers
 from .registry import ScheduleContext
 
 # Accumulators in one tile (2 blocks x 7 columns by default with 32 vector registers).
@@ -102,11 +105,17 @@ def schedule_depthwise_cpu(ctx: ScheduleContext, conv: te.Tensor) -> Schedule:
     obo, obi = st.split(ob, oc_tile)
     owo, owi = st.split(ow, ow_tile)
     red = list(st.op.reduce_axis) if conv is out else []  # accumulates in the output
-    st.reorder(n, obo, oh, owo, *red, obi, owi, oi)
-    if par == "n_oc_oh":
-        st.parallel(st.fuse(n, obo, oh))
-    elif par == "n_oc":
-        st.parallel(st.fuse(n, obo))
+    bands = row_bands(ctx.target, conv.shape[2]) if par == "n_oc_oh" else 1
+    if bands > 1:  # each core a band of rows of every channel block
+        ohb, ohi = st.split(oh, conv.shape[2] // bands)
+        st.reorder(n, ohb, obo, ohi, owo, *red, obi, owi, oi)
+        st.parallel(st.fuse(n, ohb, obo))
+    else:
+        st.reorder(n, obo, oh, owo, *red, obi, owi, oi)
+        if par == "n_oc_oh":
+            st.parallel(st.fuse(n, obo, oh))
+        elif par == "n_oc":
+            st.parallel(st.fuse(n, obo))
     st.unroll(obi)
     st.unroll(owi)
     if vec:

@@ -2,6 +2,9 @@
 (2-d windows over N, C/x, H, W, x): a register tile of outputs, as in the conv template.
 
     parallel (n, cb, oh)                      -- when the board has several cores
+                                                 ((n, band, cb) with the band's rows
+                                                 inside where they divide the rows:
+                                                 _cpu.row_bands)
       ow_outer
         window tile (computed at ow_outer; avg: a local buffer; max: the output tile):
           acc[ow_inner][:] = init
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 from ..te.schedule import Schedule, create_schedule
 from . import pool  # noqa: F401  (registers the ops; this module overrides their cpu schedule)
-from ._cpu import blocked_reduce_schedule, lanes_of, padded_copy_at_root
+from ._cpu import blocked_reduce_schedule, lanes_of, padded_copy_at_root, row_bands
 from .registry import ScheduleContext, register_schedule
 
 # Output columns per tile: 8 accumulators (one vector each) leave registers for the loads.
@@ -72,12 +75,16 @@ def pool_nchwc_schedule(ctx: ScheduleContext) -> Schedule:
     n, cb, oh, ow, oi = out.op.axis
     owo, owi = out.split(ow, ow_tile)
     rk = list(red.op.reduce_axis)
-    if red is out:
-        out.reorder(n, cb, oh, owo, *rk, owi, oi)
+    out_rk = rk if red is out else []
+    bands = row_bands(ctx.target, out_t.shape[2])
+    if bands > 1:  # each core a band of rows of every channel block, as the convs
+        ohb, ohi = out.split(oh, out_t.shape[2] // bands)
+        out.reorder(n, ohb, cb, ohi, owo, *out_rk, owi, oi)
+        out.parallel(out.fuse(n, ohb, cb))
     else:
-        out.reorder(n, cb, oh, owo, owi, oi)
-    if ctx.target.cores > 1:
-        out.parallel(out.fuse(n, cb, oh))
+        out.reorder(n, cb, oh, owo, *out_rk, owi, oi)
+        if ctx.target.cores > 1:
+            out.parallel(out.fuse(n, cb, oh))
     out.unroll(owi)
     out.vectorize(oi)
     if red is not out:

@@ -527,3 +527,60 @@ def test_a_tile_that_prefetches_computes_the_conv():
     assert f"+ {oc_tile * 160 * 16})) * 4u), 0, 2);" in line, line
     got, want = run_schedule(sch, args, out)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "c, oc, hw, k, stride, cores, want",
+    [
+        (384, 64, (14, 14), 1, 1, 2, "oh_oc"),  # weights 98 KB, input and output 351 KB
+        (384, 64, (14, 14), 1, 1, 1, "oc_oh"),  # one core: no share to keep
+        (960, 320, (7, 7), 1, 1, 2, "oc_oh"),  # weights 1.2 MB against 251 KB
+        (64, 128, (56, 56), 3, 2, 2, "oh_oc"),  # a 3x3 s2: 295 KB against 1.2 MB
+        (256, 512, (14, 14), 3, 2, 2, "oc_oh"),  # 4.7 MB of weights: each core its blocks'
+    ],
+)
+def test_a_multi_core_board_gives_each_core_rows_where_the_weights_are_smaller(
+    c, oc, hw, k, stride, cores, want
+):
+    args, out, anchor = conv_group(c=c, oc=oc, hw=hw, k=k, stride=stride, pad=k // 2, block=16)
+    cfg = Config()
+    _, attrs, tensor = anchor
+    from packager.ops.registry import ScheduleContext
+
+    target = CpuTarget(vector_bits=512, cores=cores, l2_bytes=2 << 20)
+    get_op("conv2d_nchwc").schedules["cpu"](ScheduleContext([out], tensor, attrs, cfg, target))
+    assert cfg.as_dict()["outer_order"] == want
+
+
+def _parallel_items(src: str) -> list[int]:
+    return [int(n) for n in re.findall(r"pk_parallel_for\([^;]*, (\d+)\);", src)]
+
+
+def test_rows_outside_on_two_cores_keep_the_answer():
+    for cores, fused in (
+        (2, "relu_i0_relu_i2_f_relu_i1_o_f"),
+        (1, "relu_i0_relu_i1_o_f_relu_i2_f"),
+    ):
+        with te.fresh_names():
+            args, out, anchor = conv_group(c=64, oc=32, hw=(8, 8), k=1, stride=1, pad=0)
+        sch = schedule_for([out], anchor, CpuTarget(vector_bits=256, cores=cores))
+        src = codegen_c(te.lower(sch, [*args, out], "k"))
+        # the parallel loop: 8 rows x 4 blocks, rows outside (n, rows, blocks fused) on two
+        assert _parallel_items(src) == [32] and f"const int64_t {fused} = pk_i;" in src
+        got, want = run_schedule(sch, args, out)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "hw, cores, items", [((14, 14), 2, 2 * 2), ((7, 7), 2, 2 * 7), ((14, 14), 1, 2 * 14)]
+)
+def test_a_depthwise_conv_gives_each_core_a_band_of_rows(hw, cores, items):
+    """Two cores and 14 rows: two bands of 7 rows, each over the 2 tiles of channel
+    blocks (items = bands x tiles); 7 rows do not share out, nor is there a core to
+    share with: each tile's rows (tiles x rows)."""
+    args, out, anchor = conv_group(c=64, oc=64, hw=hw, k=3, stride=1, pad=1, block=16, groups=64)
+    sch = schedule_for([out], anchor, CpuTarget(vector_bits=512, cores=cores))
+    src = codegen_c(te.lower(sch, [*args, out], "k"))
+    assert _parallel_items(src) == [items]
+    got, want = run_schedule(sch, args, out)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

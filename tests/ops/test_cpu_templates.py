@@ -225,3 +225,16 @@ def test_max_pool_template_vectorizes_the_window():
     assert "#pragma GCC unroll 8" in src and "8 lanes" in src
     assert "pk_max_f32" not in src and "pool_pad" not in src
     assert re.search(r"const pk_i32x8 pk_t\d+ = \(pk_t\d+ > pk_t\d+\);", src)
+
+
+@pytest.mark.parametrize("hw, cores, items", [(16, 2, 2 * 2), (14, 2, 2 * 7), (16, 1, None)])
+def test_a_pool_gives_each_core_a_band_of_rows(hw, cores, items):
+    """8 output rows on two cores: two bands of 4 rows, each over the 2 channel blocks;
+    7 rows do not share out: each block's rows; one core: no parallel loop."""
+    x = np.random.default_rng(6).standard_normal((1, 2, hw, hw, 8)).astype(np.float32)
+    attrs = {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    target = CpuTarget(vector_bits=256, cores=cores)
+    out, src = _run("max_pool_nchwc", attrs, [x], target=target)
+    np.testing.assert_allclose(out, _pool_ref(x, "max", [3, 3], [2, 2], [1, 1, 1, 1]))
+    got = [int(n) for n in re.findall(r"pk_parallel_for\([^;]*, (\d+)\);", src)]
+    assert got == ([items] if items else [])
