@@ -231,6 +231,43 @@ int main(void) {
 }
 """
 
+# Unpinned workers start on a CPU other than the caller's and then take the process's
+# whole CPU set back (place()): prints the worker's CPU count of its mask, the process's,
+# and whether the worker ran the first loop's indices on a CPU other than the caller's.
+PLACEMENT_PROGRAM = r"""
+#define _GNU_SOURCE
+#include "pk_kernel.h"
+#include <sched.h>
+#include <stdio.h>
+
+static int worker_mask = -1, worker_cpu = -1;
+static int caller_cpu;
+static __thread int is_caller;
+
+static void body(void* p, int64_t i) {
+    (void)p;
+    (void)i;
+    volatile double x = 0; /* long enough a body that the worker takes some indices */
+    for (int k = 0; k < 20000; k++) x += k;
+    if (is_caller) return;
+    cpu_set_t set;
+    sched_getaffinity(0, sizeof set, &set);
+    worker_mask = CPU_COUNT(&set);
+    worker_cpu = sched_getcpu();
+}
+
+int main(void) {
+    is_caller = 1;
+    cpu_set_t set;
+    sched_getaffinity(0, sizeof set, &set);
+    for (int k = 0; k < 50 && worker_mask < 0; k++)
+        pk_parallel_for(body, NULL, 64);
+    caller_cpu = sched_getcpu();
+    printf("%d %d %d\n", worker_mask, CPU_COUNT(&set), worker_cpu != caller_cpu);
+    return 0;
+}
+"""
+
 SANITIZERS = {
     "thread": ("-fsanitize=thread", {"TSAN_OPTIONS": "halt_on_error=1:exitcode=66"}),
     "address": (
@@ -298,3 +335,16 @@ def test_each_thread_runs_its_own_range_of_every_loop(tmp_path):
     assert r.returncode == 0, r.stderr
     # guided chunks from one counter gave the caller 0.5-0.6 of the first halves
     assert float(r.stdout) >= 0.9, r.stdout
+
+
+def test_an_unpinned_worker_keeps_the_whole_cpu_set(tmp_path):
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: nothing to place a worker on")
+    exe = _build(tmp_path, None, PLACEMENT_PROGRAM, "placement_test")
+    env = {**os.environ, "PACKAGER_NUM_THREADS": "2"}
+    env.pop("PACKAGER_PIN_CORES", None)
+    r = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    worker_mask, process_mask, _ = (int(v) for v in r.stdout.split())
+    # the worker ran (it took indices) and was not left pinned to the CPU it started on
+    assert worker_mask == process_mask >= 2, r.stdout
