@@ -145,7 +145,7 @@ static pthread_mutex_t owner = PTHREAD_MUTEX_INITIALIZER; /* held while a loop u
 #define JOB_ENTERED (JOB_OPEN - 1)
 
 typedef struct {
-    int workers; /* threads besides the caller */
+    int workers;    /* threads besides the caller */
     int caller_cpu; /* the CPU the caller started the pool on, -1 if unknown */
     int cores[PK_MAX_THREADS];
     int ncores;
