@@ -31,17 +31,18 @@ def input_outgrows_l2(input_bytes: int, target, passes: int) -> bool:
     return passes >= OUTER_MIN_PASSES and input_bytes > OUTER_INPUT_L2 * l2
 
 
-def rows_first(target, weight_bytes: int, data_bytes: int) -> bool:
-    """Whether a conv built for a multi-core ``target`` gives each core a share of the
+def rows_first(target, conv: te.Tensor, weight: te.Tensor | None) -> bool:
+    """Whether ``conv`` built for a multi-core ``target`` gives each core a share of the
     output rows (all the channel blocks of its rows) rather than of the channel blocks
-    (all the rows): where its weights are no larger than its input and output together
-    (``data_bytes``). The thread pool gives each core the same share of every parallel
-    loop (runtime/src/pk_parallel.c), so with rows outside a core reads the rows its
-    stage before wrote from its own cache (but for a window's edge rows), where with
-    blocks outside every conv reads all its input channels, half of them written by the
-    other core. Where the weights are the larger (a 3x3 conv at 7x7, 320 -> 1280 at
-    7x7), rows outside, each core would read all of them rather than its blocks' share:
-    tv_resnet18's 256 -> 512 3x3 conv at 7x7 (4.7 MB of weights) took 1.81x its time.
+    (all the rows): where its ``weight`` is no larger than its input and output
+    together (False without a packed weight). The thread pool gives each core the same
+    share of every parallel loop (runtime/src/pk_parallel.c), so with rows outside a
+    core reads the rows its stage before wrote from its own cache (but for a window's
+    edge rows), where with blocks outside every conv reads all its input channels, half
+    of them written by the other core. Where the weights are the larger (a 3x3 conv at
+    7x7, 320 -> 1280 at 7x7), rows outside, each core would read all of them rather
+    than its blocks' share: tv_resnet18's 256 -> 512 3x3 conv at 7x7 (4.7 MB of
+    weights) took 1.81x its time.
 
     Measured on an Intel Xeon (family 6 model 167, 2 cores, L2 2 MiB each), untuned,
     run_bundle alternating A and B: tv_mobilenet_v2 at 2 threads 0.936x the time
@@ -50,7 +51,10 @@ def rows_first(target, weight_bytes: int, data_bytes: int) -> bool:
     depthwise convs (row_bands) over 56x56 and 112x112 inputs 0.82-0.92x, while those
     over 14x14 and 28x28 took 1.15-1.33x, all of them against kernels split by blocks
     on both sides of them."""
-    return target.cores > 1 and weight_bytes <= data_bytes
+    if target.cores < 2 or weight is None:
+        return False
+    data = tensor_bytes(conv.op.input_tensors[0]) + tensor_bytes(conv)
+    return tensor_bytes(weight) <= data
 
 
 def row_bands(target, rows: int) -> int:

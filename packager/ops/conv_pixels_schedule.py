@@ -41,7 +41,6 @@ from ._cpu import (
     inline_around_pad,
     input_outgrows_l2,
     rows_first,
-    tensor_bytes,
     vector_registers,
 )
 from .registry import ScheduleContext
@@ -87,11 +86,9 @@ def _default_outer(conv: te.Tensor, target, oc_tile: int) -> str:
     """``p_oc`` (each core a share of the pixel tiles, all blocks) where the thread pool
     has cores to share and the weights are no larger than the input (_cpu.rows_first),
     else ``oc_p``."""
-    weight = conv_weight(conv)
-    if weight is None or conv.shape[1] // oc_tile < 2:
+    if conv.shape[1] // oc_tile < 2:
         return "oc_p"
-    data = tensor_bytes(conv.op.input_tensors[0]) + tensor_bytes(conv)
-    return "p_oc" if rows_first(target, tensor_bytes(weight), data) else "oc_p"
+    return "p_oc" if rows_first(target, conv, conv_weight(conv)) else "oc_p"
 
 
 def _divisors(n: int) -> list[int]:

@@ -35,8 +35,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from .. import te
 from ..te.schedule import Schedule, create_schedule, default_schedule
 from . import conv_nchwc  # noqa: F401  (registers the op this module schedules)
@@ -315,23 +313,14 @@ def default_outer_order(conv: te.Tensor, target, passes: int) -> str:
     and 0.78x; 28 -> 14: 0.83x and 0.73x; 14 -> 7: 1.03x and 0.90x) while its other
     kernels read 1.035x and 0.99x; light ResNet-50's 1024 -> 2048 projection, the one
     the size rule left, 0.93x against 0.975x."""
-    if passes > 1 and _rows_first(conv, target):
+    if passes > 1 and rows_first(target, conv, conv_weight(conv)):
         return "oh_oc"
     if _pointwise(conv) is None or passes < OUTER_MIN_PASSES:
         return "oc_oh"
     if _strided(conv):
         return "oh_oc"
     x = conv.op.input_tensors[0]
-    size = math.prod(x.shape) * np.dtype(x.dtype).itemsize
-    return "oh_oc" if input_outgrows_l2(size, target, passes) else "oc_oh"
-
-
-def _rows_first(conv: te.Tensor, target) -> bool:
-    weight = conv_weight(conv)
-    if weight is None:
-        return False
-    data = tensor_bytes(conv.op.input_tensors[0]) + tensor_bytes(conv)
-    return rows_first(target, tensor_bytes(weight), data)
+    return "oh_oc" if input_outgrows_l2(tensor_bytes(x), target, passes) else "oc_oh"
 
 
 def carried_taps_spill(conv: te.Tensor, oc_tile: int, kw: int) -> bool:
