@@ -13,7 +13,8 @@ from packager.codegen import build_kernel, codegen_c
 from packager.graph.passes.layout_pack import from_blocked, to_blocked
 from packager.lowering import schedule_for
 from packager.ops.conv_pixels_schedule import pixel_multiple
-from packager.ops.registry import get_op
+from packager.ops.knobs import Config
+from packager.ops.registry import ScheduleContext, get_op
 from packager.target import CpuTarget
 from packager.te.evaluator import evaluate
 
@@ -168,3 +169,20 @@ def test_a_pixel_tile_prefetches_the_next_pairs_weights(hw, knobs, want):
     assert bool(lines) is want
     if want:
         assert all(x.endswith(f"+ {2 * 2 * 8 * 8})) * 4u), 0, 2);") for x in lines), lines
+
+
+@pytest.mark.parametrize(
+    "c, oc, hw, l1, want",
+    [
+        (24, 144, (56, 56), 32 << 10, "p_oc"),  # 14 KB of weights in the L1
+        (64, 256, (56, 56), 32 << 10, "oc_p"),  # 64 KB: each pixel tile would stream them
+        (64, 256, (56, 56), 80 << 10, "p_oc"),  # ... unless the L1 holds them
+    ],
+)
+def test_pixels_go_outside_on_two_cores_only_where_the_weights_fit_the_l1(c, oc, hw, l1, want):
+    args, out, anchor = _group(c, oc, hw, "relu")
+    cfg = Config()
+    _, attrs, tensor = anchor
+    target = CpuTarget(vector_bits=256, cores=2, l1d_bytes=l1)
+    get_op("conv2d_nchwc").schedules["cpu"](ScheduleContext([out], tensor, attrs, cfg, target))
+    assert cfg.as_dict()["outer_order"] == want
