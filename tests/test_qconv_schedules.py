@@ -26,6 +26,7 @@ from packager.graph.passes.quantize import (
     pack_grouped_int8,
     pack_rows_int8,
     quantize,
+    shared_bounds,
 )
 from packager.graph.pipeline import PassContext
 from packager.ops._cpu import find_tagged
@@ -1071,6 +1072,67 @@ def test_avx2_epilogue_packs_four_columns_at_a_time_with_the_int64_bytes(
     assert (vals == hi).any() and len(np.unique(vals)) > 3  # saturated, and values
     relu = out == "uint8" or kind == "depthwise"  # depthwise_case fuses a ReLU
     assert (vals == (zp if relu else lo)).any()  # the ReLU bound / saturation
+
+
+SHARED = [  # kind, kernel, output size, out, y_zp, bounds on the product, C that must not be
+    ("full", 3, 7, "uint8", 5, "relu", "lo16"),  # 4 columns packed + 3 alone, at zp 5
+    ("full", 3, 7, "uint8", 0, "clip", "lo16"),
+    ("depthwise", 3, 9, "uint8", 5, "clip", "_loadu_si256((const void *)p4)"),  # 1 a call
+    ("full", 3, 8, "int8", -3, "none", "_max_epi"),  # the type's range: no clamp at all
+    ("depthwise", 3, 9, "int8", 0, "none", "_max_epi"),
+]
+
+
+@pytest.mark.parametrize("kind,k,hw,out,zp,bounds,absent", SHARED)
+def test_avx2_epilogue_clamps_at_shared_bounds_as_constants(kind, k, hw, out, zp, bounds, absent):
+    """Where every channel clamps at the same output bounds (``y_bounds``, the quantize
+    pass's shared_bounds), the epilogue clamps at them as constants, and not at all
+    where they are the type's own range (the saturating packs clamp there): the bytes
+    are still the int64 epilogue's, with the bounds hit."""
+    if "avx2" not in _cpu_flags():
+        pytest.skip("this machine has no avx2")
+    case = (
+        qconv_case("uint8", 8, hw=hw, k=k) if kind == "full" else depthwise_case("uint8", 8, hw=hw)
+    )
+    if bounds != "none":
+        shift = int(case[0][2][1, 0])
+        case = _with_bounds(case, 0, {"relu": 2**62, "clip": 120 << shift}[bounds])
+    (x, w, rq), attrs = case
+    attrs = attrs | {"out_dtype": out, "y_zp": zp}
+    oc = attrs["oc"]
+    table = mulhi_table(narrow_bounds(rq, zp, out), oc)
+    shared = shared_bounds(table, "mulhi", oc)
+    assert shared, "the case's channels clamp alike"
+    mattrs = attrs | {"c": x.shape[1], "out_block": True, "rq32": "mulhi"} | shared
+    target = CpuTarget(vector_bits=256, features=("avx2",))
+    src = codegen_c(qconv_func([_blocked(x, 8, 9), w, table], mattrs, target)[0])
+    lo, hi = shared["y_bounds"]
+    assert re.search(rf"pk_requant_\w+_b{lo}_{hi}\(&qconv\[".replace("-", "m"), src), src[:2000]
+    body = src[src.index("#if defined(__AVX2__)") : src.index("#else")]
+    assert absent not in body
+    want = _blocked(run_host([x, w, rq], attrs, None), 8, 0)
+    past = oc - (want.shape[1] - 1) * 8
+    for flags in (HOST_FLAGS, (*HOST_FLAGS, "-mno-avx2")):
+        got = run_host([_blocked(x, 8, 9), w, table], mattrs, target, flags)
+        got[:, -1, :, :, past:] = 0  # the channels past oc: not compared
+        np.testing.assert_array_equal(got, want)
+    vals = want.view(np.uint8) if out == "uint8" else want
+    assert (vals == (hi if bounds == "clip" else QHI[out])).any()
+    assert (vals == lo).any() and len(np.unique(vals)) > 3
+
+
+def test_shared_bounds_only_where_every_real_channel_clamps_alike():
+    table = np.zeros((6, 16), np.int32)
+    table[4, :12], table[5, :12] = 3, 200
+    table[4, 12:], table[5, 12:] = 0, 9  # padded channels: theirs are discarded
+    assert shared_bounds(table, "mulhi", 12) == {"y_bounds": [3, 200]}
+    assert shared_bounds(table, "mulhi", 13) == {}
+    assert shared_bounds(table, True, 12) == {}  # an int32 epilogue without the table
+    table[5, 4] = 199
+    assert shared_bounds(table, "mulhi", 12) == {}
+
+
+QHI = {"uint8": 255, "int8": 127}
 
 
 RESIDUAL = [  # lanes, out, residual type, conv's zero point, what the host must have

@@ -573,8 +573,11 @@ _VEC = {  # vector bits: (intrinsic prefix, integer type suffix, odd-lane blend)
 }
 
 
-def _requant_x86(width: int, zp: int, out: str, add: dict | None = None, res: str = "") -> str:
-    """The body: q = the mulhi epilogue of acc (rows p0..p5), clamped within ``out``;
+def _requant_x86(
+    width: int, zp: int, out: str, add: dict | None = None, res: str = "", bounds=None
+) -> str:
+    """The body: q = the mulhi epilogue of acc (rows p0..p5), clamped within ``out``
+    (at the constants ``bounds`` where every channel's rows p4 and p5 are those);
     with ``add`` (quantized._qadd's attrs, int32 form) q then adds the residual ``r``
     (``res`` bytes): s = (q - a_zp) * a_mult + (r - b_zp) * b_mult, clamped at [lo, hi],
     rounded and shifted, plus y_zp, saturated; stored as bytes (vpmovdb, or packs)."""
@@ -596,10 +599,13 @@ def _requant_x86(width: int, zp: int, out: str, add: dict | None = None, res: st
     ]
     if zp:
         lines.append(f"    q = {p}_add_epi32(q, {c(zp)});")
-    lines += [
-        f"    q = {p}_max_epi32(q, {ld('p4')});",
-        f"    q = {p}_min_epi32(q, {ld('p5')});",
-    ]
+    lo_v, hi_v = (c(b) for b in bounds) if bounds else (ld("p4"), ld("p5"))
+    if width == 512 or add is not None or tuple(bounds or ()) != QRANGE[out]:
+        # (bounds that are the type's own: the packs below saturate there alike)
+        lines += [
+            f"    q = {p}_max_epi32(q, {lo_v});",
+            f"    q = {p}_min_epi32(q, {hi_v});",
+        ]
     if add is not None:
         lo, hi = QRANGE[add["out_dtype"]]
         lines += _qadd_lines(width, add, res, "r")
@@ -640,7 +646,9 @@ def _qadd_lines(width: int, add: dict, res: str, r: str) -> list[str]:
     ]
 
 
-def _requant_cols_avx2(cols: int, zp: int, out: str, add: dict | None = None, res: str = "") -> str:
+def _requant_cols_avx2(
+    cols: int, zp: int, out: str, add: dict | None = None, res: str = "", bounds=None
+) -> str:
     """The body over ``cols`` columns of 8 lanes (acc, y and r one column after
     another): each column's q as _requant_x86's before its clamp, then four columns at
     a time packed to 32 bytes with saturation (vpackssdw twice, one vpackuswb or
@@ -649,7 +657,10 @@ def _requant_cols_avx2(cols: int, zp: int, out: str, add: dict | None = None, re
     _requant_x86. The same bytes: saturating to the output type and clamping at bounds
     within it commute (both monotone), and a bound outside the type saturates to its
     end. With ``add`` each column is clamped in int32 and adds its residual (_qadd_lines)
-    before the packing, whose saturation is then the add's clamp to its type."""
+    before the packing, whose saturation is then the add's clamp to its type.
+    ``bounds``: every channel's p4 and p5 as constants, which need no packing per call,
+    and no clamp at all where they are the type's own range (the packs saturate there).
+    """
     final = out if add is None else add["out_dtype"]
     pack, lo_op, hi_op = {
         "uint8": ("_mm256_packus_epi16", "_mm256_max_epu8", "_mm256_min_epu8"),
@@ -660,7 +671,11 @@ def _requant_cols_avx2(cols: int, zp: int, out: str, add: dict | None = None, re
     def ld(v: str) -> str:
         return f"_mm256_loadu_si256((const void *){v})"
 
-    clamp = f"q = _mm256_min_epi32(_mm256_max_epi32(q, {ld('p4')}), {ld('p5')});"
+    if bounds:
+        lo_v, hi_v = (f"_mm256_set1_epi32({_lit(b)})" for b in bounds)
+    else:
+        lo_v, hi_v = ld("p4"), ld("p5")
+    clamp = f"q = _mm256_min_epi32(_mm256_max_epi32(q, {lo_v}), {hi_v});"
     lines = [
         f"const __m256i a = _mm256_add_epi32({ld('(acc + 8 * c)')}, bias);",
         "const __m256i even = _mm256_srli_epi64(_mm256_mul_epi32(a, m), 32);",
@@ -677,18 +692,25 @@ def _requant_cols_avx2(cols: int, zp: int, out: str, add: dict | None = None, re
     def step(indent: str) -> str:
         return f"\n{indent}".join(lines)
 
-    bounds = group_clamp = tail_clamp = ""
-    if add is None:
-        bounds = f"""
+    packed = group_clamp = tail_clamp = ""
+    if add is None and tuple(bounds or ()) == QRANGE[final]:
+        pass  # the type's own bounds: the saturating packs clamp there alike
+    elif add is None and bounds:  # the bytes of the constant bounds
+        packed = f"""
+    const __m256i lo = _mm256_set1_epi8({_byte(bounds[0], final)});
+    const __m256i hi = _mm256_set1_epi8({_byte(bounds[1], final)});"""
+    elif add is None:
+        packed = f"""
     const __m256i lo16 = _mm256_packs_epi32({ld("p4")}, {ld("p4")});
     const __m256i hi16 = _mm256_packs_epi32({ld("p5")}, {ld("p5")});
     const __m256i lo = _mm256_permutevar8x32_epi32({pack}(lo16, lo16), order);
     const __m256i hi = _mm256_permutevar8x32_epi32({pack}(hi16, hi16), order);"""
+    if add is None and packed:
         group_clamp = f"\n        v = {hi_op}({lo_op}(v, lo), hi);"
         tail_clamp = f"\n        {clamp}"
     return f"""    const __m256i m = {ld("p1")}, m_odd = _mm256_srli_epi64(m, 32);
     const __m256i bias = {ld("p0")}, rnd = {ld("p2")}, shift = {ld("p3")};
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);{bounds}
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);{packed}
     for (int g = 0; g + 4 <= {cols}; g += 4) {{
         __m256i qs[4];
         for (int k = 0; k < 4; ++k) {{
@@ -706,6 +728,14 @@ def _requant_cols_avx2(cols: int, zp: int, out: str, add: dict | None = None, re
                                           _mm256_extracti128_si256(q, 1));
         _mm_storel_epi64((__m128i *)(y + 8 * c), {narrow}(w, w));
     }}"""
+
+
+def _byte(v: int, out: str) -> str:
+    """A bound within ``out``'s range as the char argument of _mm256_set1_epi8."""
+    lo, hi = QRANGE[out]
+    if not lo <= v <= hi:
+        raise ValueError(f"requantize bound {v} outside {out}")
+    return str(v - 256 if v > 127 else v)
 
 
 def _lit(v: int) -> str:
@@ -729,7 +759,7 @@ _RQ_ISAS = {  # lanes: (label, guard, header, vector bits, the PRAGMAS key)
 
 def requant_intrin(
     lanes: int, out: str, y_zp: int, target: CpuTarget, expr, add: dict | None = None,
-    res: str = "", add_expr=None, cols: int = 1,
+    res: str = "", add_expr=None, cols: int = 1, bounds: tuple[int, int] | None = None,
 ) -> TensorIntrin | None:  # fmt: skip
     """The requantize epilogue of an ``rq32 == "mulhi"`` table as one call per vector of
     L lanes, None where the target has no body for L: ``expr(acc, prm, y_zp)`` is the
@@ -745,7 +775,11 @@ def requant_intrin(
 
     ``cols`` > 1 (8 lanes): one call for that many columns of the block, acc, y and r
     (cols, L) one column after another, four columns packed and stored at a time
-    (_requant_cols_avx2)."""
+    (_requant_cols_avx2).
+
+    ``bounds``: (lo, hi), where every channel's rows p4 and p5 hold these (the quantize
+    pass's ``y_bounds``): the x86 bodies clamp at them as constants; the C loop reads
+    the rows alike."""
     if target.arch != "x86_64" or lanes not in _RQ_ISAS or out not in _CT:
         return None
     need = "avx512f" if lanes == 16 else "avx2"
@@ -756,13 +790,17 @@ def requant_intrin(
     key = None if add is None else tuple(sorted(add.items()))
     if cols > 1 and lanes != 8:
         raise ValueError(f"requantize over {cols} columns: 8 lanes only")
-    return _requant(lanes, out, int(y_zp), expr, key, res, add_expr, cols)
+    if bounds is not None and add is not None:
+        raise ValueError("requantize bounds with a folded add: the add clamps on its own")
+    bounds = None if bounds is None else (int(bounds[0]), int(bounds[1]))
+    return _requant(lanes, out, int(y_zp), expr, key, res, add_expr, cols, bounds)
 
 
 @functools.cache
 def _requant(
-    lanes: int, out: str, zp: int, expr, key: tuple | None, res: str, add_expr, cols: int = 1
-) -> TensorIntrin:
+    lanes: int, out: str, zp: int, expr, key: tuple | None, res: str, add_expr, cols: int = 1,
+    bounds: tuple[int, int] | None = None,
+) -> TensorIntrin:  # fmt: skip
     add = None if key is None else dict(key)
     shape = (lanes,) if cols == 1 else (cols, lanes)  # a column's lanes, or cols of them
     acc = te.placeholder(shape, "int32", "acc")
@@ -776,7 +814,8 @@ def _requant(
     final = out if add is None else add["out_dtype"]
     label, guard, header, width, pragma = _RQ_ISAS[lanes]
     many = "" if cols == 1 else f"c{cols}"
-    name = f"pk_requant_{_SHORT[out]}x{lanes}{many}_zp{zp}".replace("-", "m")
+    clamp = "" if bounds is None else f"_b{bounds[0]}_{bounds[1]}"
+    name = f"pk_requant_{_SHORT[out]}x{lanes}{many}_zp{zp}{clamp}".replace("-", "m")
     at = "l" if cols == 1 else f"{lanes} * c + l"  # the flat index of lane l (of column c)
     step = f"""        int32_t h = (int32_t)(((int64_t)(acc[{at}] + p0[l]) * (int64_t)p1[l]) >> 32);
         int32_t q = ((h + p2[l]) >> p3[l]) + {zp};
@@ -798,9 +837,9 @@ def _requant(
     store = f"        y[{at}] = ({_CT[final]})q;"
     scalar = f"    for (int l = 0; l < {lanes}; ++l) {{\n{step}\n{store}\n    }}"
     if cols == 1:
-        body = _requant_x86(width, zp, out, add, res)
+        body = _requant_x86(width, zp, out, add, res, bounds)
     else:
-        body = _requant_cols_avx2(cols, zp, out, add, res)
+        body = _requant_cols_avx2(cols, zp, out, add, res, bounds)
         scalar = f"    for (int c = 0; c < {cols}; ++c)\n{scalar}"
         label += ", vpermd"
     c_def = (

@@ -965,9 +965,10 @@ def _requant_tensorized(ctx: ScheduleContext, sch: te.Schedule, rqb: te.Tensor, 
             return False
     *_, mi, owi, oi = st_out.leaf_iter_vars
     cols = requant_columns(out.shape[-1], owi.extent, out.shape[3])
+    bounds = attrs.get("y_bounds") if add is None else None  # an add clamps on its own
     intrin = requant_intrin(
         out.shape[-1], attrs["out_dtype"], int(attrs["y_zp"]), ctx.target, requantize_mulhi,
-        add, res, _qadd, cols,
+        add, res, _qadd, cols, tuple(bounds) if bounds else None,
     )  # fmt: skip
     if intrin is None:
         return False

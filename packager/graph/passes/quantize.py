@@ -307,6 +307,7 @@ class _Matcher:
             k: node.attrs[k] for k in ("strides", "dilations", "pads", "groups") if k in node.attrs
         }
         rq, attrs["rq32"] = self.narrowed(rq, wabs, x, yq, q, residual)
+        attrs |= shared_bounds(rq, attrs["rq32"], oc)
         # multiply-accumulates, for graph.json's op count (the profile's GOP/s)
         attrs["macs"] = math.prod(self.values[node.outputs[0]].shape) * (w.size // oc)
         attrs |= {"oc": oc, **taps}
@@ -421,6 +422,7 @@ class _Matcher:
         rq, narrow = self.narrowed(rq, wabs, x, yq, q, residual)
         macs = math.prod(self.values[node.outputs[0]].shape) * wkn.shape[0]
         attrs = {"n": wkn.shape[1], "rq32": narrow, "macs": macs}
+        attrs |= shared_bounds(rq, narrow, wkn.shape[1])
         return self.integer_node("qdense", q, x, packed, rq, yq, residual, attrs)
 
     def try_float_dense(self, k: int) -> None:
@@ -575,6 +577,18 @@ def mulhi_table(rq: np.ndarray, n: int) -> np.ndarray | None:
     table[:, :n] = [rq[6, :n], rq[0, :n], 1 << (shift - 33), shift - 32, rq[7, :n], rq[8, :n]]
     table[4, n:], table[5, n:] = rq[7, n:], rq[8, n:]
     return table
+
+
+def shared_bounds(rq: np.ndarray, narrow, n: int) -> dict:
+    """``{"y_bounds": [lo, hi]}`` where a ``mulhi`` table's first ``n`` (real) channels
+    all clamp at the same output bounds (rows 4 and 5), as an activation quantized per
+    tensor does, else {}: the kernels then clamp at constants (int8_intrin.py)."""
+    if narrow != "mulhi" or n == 0:
+        return {}
+    lo, hi = rq[4, :n], rq[5, :n]
+    if (lo != lo[0]).any() or (hi != hi[0]).any():
+        return {}
+    return {"y_bounds": [int(lo[0]), int(hi[0])]}
 
 
 def add_attrs(a, b, yq, act: Node | None, dtype: str) -> dict | None:
