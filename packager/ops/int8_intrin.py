@@ -600,7 +600,7 @@ def _requant_x86(
     if zp:
         lines.append(f"    q = {p}_add_epi32(q, {c(zp)});")
     lo_v, hi_v = (c(b) for b in bounds) if bounds else (ld("p4"), ld("p5"))
-    if width == 512 or add is not None or tuple(bounds or ()) != QRANGE[out]:
+    if width == 512 or tuple(bounds or ()) != QRANGE[out]:
         # (bounds that are the type's own: the packs below saturate there alike)
         lines += [
             f"    q = {p}_max_epi32(q, {lo_v});",
@@ -693,19 +693,18 @@ def _requant_cols_avx2(
         return f"\n{indent}".join(lines)
 
     packed = group_clamp = tail_clamp = ""
-    if add is None and tuple(bounds or ()) == QRANGE[final]:
-        pass  # the type's own bounds: the saturating packs clamp there alike
-    elif add is None and bounds:  # the bytes of the constant bounds
+    # (with ``add``, or bounds that are the type's own, the packs' saturation clamps)
+    if bounds and tuple(bounds) != QRANGE[final]:  # the bytes of the constant bounds
         packed = f"""
     const __m256i lo = _mm256_set1_epi8({_byte(bounds[0], final)});
     const __m256i hi = _mm256_set1_epi8({_byte(bounds[1], final)});"""
-    elif add is None:
+    elif add is None and not bounds:
         packed = f"""
     const __m256i lo16 = _mm256_packs_epi32({ld("p4")}, {ld("p4")});
     const __m256i hi16 = _mm256_packs_epi32({ld("p5")}, {ld("p5")});
     const __m256i lo = _mm256_permutevar8x32_epi32({pack}(lo16, lo16), order);
     const __m256i hi = _mm256_permutevar8x32_epi32({pack}(hi16, hi16), order);"""
-    if add is None and packed:
+    if packed:
         group_clamp = f"\n        v = {hi_op}({lo_op}(v, lo), hi);"
         tail_clamp = f"\n        {clamp}"
     return f"""    const __m256i m = {ld("p1")}, m_odd = _mm256_srli_epi64(m, 32);

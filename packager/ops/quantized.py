@@ -968,7 +968,7 @@ def _requant_tensorized(ctx: ScheduleContext, sch: te.Schedule, rqb: te.Tensor, 
     bounds = attrs.get("y_bounds") if add is None else None  # an add clamps on its own
     intrin = requant_intrin(
         out.shape[-1], attrs["out_dtype"], int(attrs["y_zp"]), ctx.target, requantize_mulhi,
-        add, res, _qadd, cols, tuple(bounds) if bounds else None,
+        add, res, _qadd, cols, bounds,
     )  # fmt: skip
     if intrin is None:
         return False
