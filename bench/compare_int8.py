@@ -7,7 +7,8 @@ with onnxruntime.quantization.quantize_static (QDQ, per-channel int8 weights, ui
 activations, calibrated on random inputs), package the fp32 and the QDQ model for the
 host, then alternate rounds of the int8 bundle, the fp32 bundle and ORT running the QDQ
 model (graph optimizations on: its own int8 kernels), at one thread. Prints the medians,
-int8/fp32 and int8/ORT, and the int8 logits' top-1 agreement and cosine similarity with
+int8/fp32 and int8/ORT (and round by round: the median, lowest and highest of the
+ratios of each round's runs), and the int8 logits' top-1 agreement and cosine similarity with
 fp32 over random inputs.
 
     python bench/compare_int8.py --models resnet18 --rounds 3 --size 224
@@ -154,6 +155,9 @@ def bench(
         **{f"{k}_ms": round(v, 3) for k, v in med.items()},
         "int8_vs_fp32_speedup": round(med["fp32"] / med["int8"], 3),
         "int8_over_ort": round(med["int8"] / med["ort_int8"], 3),
+        # round by round (co.paired): median, lowest, highest
+        "int8_over_ort_rounds": [round(v, 3) for v in co.paired(t["int8"], t["ort_int8"])],
+        "fp32_over_int8_rounds": [round(v, 3) for v in co.paired(t["fp32"], t["int8"])],
         "top1_agree": top1,
         "cosine": round(cos, 5),
     }

@@ -5,7 +5,9 @@ of `run_bundle --repeat N` and N timed ORT runs (same input, intra_op_num_thread
 ORT in a process of its own too),
 so both see the same machine noise; each round starts with the next of them, so none is
 always the one that runs right after the other process. Prints each median and the
-ratio bundle/ORT (`--stat min`: the fastest runs instead).
+ratio bundle/ORT (`--stat min`: the fastest runs instead), then in parentheses the
+round-by-round ratios: their median, lowest and highest (each round's two sides ran
+seconds apart, under the same load).
 
     python bench/compare_ort.py                    # all models, 1 and 2 threads
     python bench/compare_ort.py --models resnet18 --threads 1 --rounds 5
@@ -60,6 +62,17 @@ from packager.tune.apply import Tuning, log_files  # noqa: E402
 
 # how a side's runs make its figure: per round, then across the rounds
 STATS = {"median": statistics.median, "min": min}
+
+
+def paired(ours: list[float], theirs: list[float]) -> tuple[float, float, float]:
+    """(median, lowest, highest) of the ratios ours[r] / theirs[r], round by round: both
+    sides of a round ran seconds apart, under the same phase of the machine's load (on a
+    shared KVM guest a bundle's runs moved between 30 and 42 ms in phases of seconds to
+    minutes), so these ratios move less than the ratio of the two medians."""
+    ratios = sorted(a / b for a, b in zip(ours, theirs, strict=True))
+    return statistics.median(ratios), ratios[0], ratios[-1]
+
+
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
 
@@ -265,6 +278,10 @@ def settle(seconds: float = 0.3) -> None:
     time.sleep(seconds)
 
 
+def _rounds(p: tuple[float, float, float]) -> str:
+    return f"(rounds {p[0]:.2f}, {p[1]:.2f}-{p[2]:.2f})"
+
+
 def compare(
     name: str,
     threads_list,
@@ -328,19 +345,22 @@ def compare(
                 "ort_ms": med["ort"],
                 "ratio": med["bundle"] / med["ort"],
             }
+            row["paired"] = paired(times["bundle"], times["ort"])
             text = (
                 f"{name:<14} {threads:>2}  bundle {med['bundle']:9.2f} ms  "
                 f"ort {med['ort']:9.2f} ms  bundle/ort {row['ratio']:6.2f}"
+                f" {_rounds(row['paired'])}"
             )
             if tuned:
                 row.update(
                     tuned_ms=med["tuned"],
                     tuned_ratio=med["tuned"] / med["ort"],
                     speedup=med["bundle"] / med["tuned"],
+                    tuned_paired=paired(times["tuned"], times["ort"]),
                 )
                 text += (
                     f"  tuned {med['tuned']:9.2f} ms  tuned/ort {row['tuned_ratio']:6.2f}"
-                    f"  default/tuned {row['speedup']:5.2f}"
+                    f" {_rounds(row['tuned_paired'])}  default/tuned {row['speedup']:5.2f}"
                 )
             if algorithm:
                 row.update({f"{algorithm}_ms": med[algorithm]})
