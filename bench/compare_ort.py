@@ -68,7 +68,8 @@ def paired(ours: list[float], theirs: list[float]) -> tuple[float, float, float]
     """(median, lowest, highest) of the ratios ours[r] / theirs[r], round by round: both
     sides of a round ran seconds apart, under the same phase of the machine's load (on a
     shared KVM guest a bundle's runs moved between 30 and 42 ms in phases of seconds to
-    minutes), so these ratios move less than the ratio of the two medians."""
+    minutes), so each ratio compares runs under one load; the range shows how far a
+    single round can stray."""
     ratios = sorted(a / b for a, b in zip(ours, theirs, strict=True))
     return statistics.median(ratios), ratios[0], ratios[-1]
 
@@ -344,8 +345,8 @@ def compare(
                 "bundle_ms": med["bundle"],
                 "ort_ms": med["ort"],
                 "ratio": med["bundle"] / med["ort"],
+                "paired": paired(times["bundle"], times["ort"]),
             }
-            row["paired"] = paired(times["bundle"], times["ort"])
             text = (
                 f"{name:<14} {threads:>2}  bundle {med['bundle']:9.2f} ms  "
                 f"ort {med['ort']:9.2f} ms  bundle/ort {row['ratio']:6.2f}"
