@@ -6,6 +6,8 @@ bias. It equals ONNX Runtime computing the QDQ graph in float to float rounding.
 from __future__ import annotations
 
 import collections
+import dataclasses
+import re
 
 import numpy as np
 import onnx
@@ -14,14 +16,17 @@ from onnx import TensorProto, helper, numpy_helper
 
 from packager.backend import PackagerBackend
 from packager.boards import load_board
-from packager.package import prepare_graph
+from packager.package import package, prepare_graph
 from tests.helpers import unoptimized_ort_session
 
 K, N = 40, 13  # N: not a multiple of a block of lanes
 
 
-def _model(op: str, act: str, bias: str, trans_b: bool = False, lead=(2,)) -> onnx.ModelProto:
+def _model(
+    op: str, act: str, bias: str, trans_b: bool = False, lead=(2,), k: int = K, n: int = N
+) -> onnx.ModelProto:
     """x -> Q -> DQ -> op(., DQ(W int8, per output channel)) (+ bias) -> y (float)."""
+    K, N = k, n  # noqa: N806 (the module's sizes unless given)
     rng = np.random.default_rng(7)
     w = rng.integers(-127, 128, (N, K) if trans_b else (K, N)).astype(np.int8)
     ws = (rng.random(N) * 0.02 + 0.001).astype(np.float32)
@@ -92,6 +97,27 @@ def test_a_float_dense_layer_runs_on_int8_weights_to_float_rounding(
     assert dense.attrs["out_dtype"] == "float32" and dense.outputs == ["y"]
     assert graph.values[dense.inputs[1]].data.dtype == np.int8
     x = np.random.default_rng(3).standard_normal((*lead, K)).astype(np.float32) * 3
+    want = unoptimized_ort_session(model).run(None, {"x": x})[0]
+    got = PackagerBackend.prepare(model, board=b).run([x])[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_a_classifier_sized_dense_layer_shares_its_tiles_over_the_cores(tmp_path, cores):
+    """256 -> 1000 over two rows (512,000 multiply-adds): on two cores the rows' tiles of
+    output blocks go to the pool as one loop (2 rows x 25 tiles of 5 blocks at 8 lanes);
+    on one the kernel has no parallel loop. Either way it equals ONNX Runtime's float
+    QDQ graph to float rounding."""
+    model = _model("Gemm", "uint8", "float", True, (2,), k=256, n=1000)
+    path = tmp_path / "dense.onnx"
+    onnx.save(model, path)
+    b = dataclasses.replace(load_board("host-avx2"), cores=cores)
+    out = package(str(path), b, str(tmp_path / "b"), selftest=False)
+    (kernel,) = (out / "kernels").glob("*_qdense*.c")
+    src = kernel.read_text()
+    calls = re.findall(r"pk_parallel_for\(\w+_par0, &\w+, (\d+)\)", src)
+    assert calls == (["50"] if cores == 2 else []), calls
+    x = np.random.default_rng(3).standard_normal((2, 256)).astype(np.float32) * 3
     want = unoptimized_ort_session(model).run(None, {"x": x})[0]
     got = PackagerBackend.prepare(model, board=b).run([x])[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())

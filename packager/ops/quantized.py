@@ -48,6 +48,7 @@ from .int8_intrin import (
     pair_intrin,
     requant_intrin,
 )
+from .matmul import PARALLEL_MIN_MACS
 from .pad import pad_tensor
 from .registry import ScheduleContext, register_op, register_schedule
 from .weight_prefetch import conv_weight, prefetch_next_weights
@@ -998,7 +999,8 @@ def requant_columns(lanes: int, tile_cols: int, row: int) -> int:
 @register_schedule("qdense", "cpu")
 def schedule_qdense_cpu(ctx: ScheduleContext) -> te.Schedule:
     """Blocks of ``tile_n`` x L output columns per tile, the dot-product intrinsic over
-    each block of L, the requantize epilogue storing the tile."""
+    each block of L, the requantize epilogue storing the tile; the tiles (and rows) in
+    parallel where the board has cores to share them, as the float dense layer's are."""
     acc = find_tagged(ctx.anchor, "qdense")
     if acc is None:
         return _simple_qdense(ctx)
@@ -1013,6 +1015,9 @@ def schedule_qdense_cpu(ctx: ScheduleContext) -> te.Schedule:
     st_out = sch[ctx.outs[0]]
     *rows, j = st_out.op.axis
     jo, ji = st_out.split(j, t_n * lanes)
+    if ctx.target.cores > 1 and math.prod(acc.shape[:-1]) * lanes * k >= PARALLEL_MIN_MACS:
+        jo = st_out.fuse(*rows, jo)
+        st_out.parallel(jo)
     st = sch[acc]
     st.compute_at(st_out, jo)
     *arows, jb, jl = st.op.axis
