@@ -140,28 +140,49 @@ def link_args(bundle: Path) -> list[str]:
         raise PackagerError(f"{bundle / 'bundle.cmake'}: {e}") from None
 
 
-def build_run_bundle(bundle: Path, cc: str = "cc", cflags=CFLAGS, jobs: int | None = None) -> Path:
-    """Compile the bundle's kernels and runtime and link ``bundle/build/run_bundle``."""
+def _compile_bundle(bundle: Path, cc: str, cflags, jobs: int | None, tools: bool) -> list[Path]:
+    """The objects of the bundle's kernels and runtime (with its tools: run_bundle's main)."""
     rt = bundle / "runtime"
     accel_sources, accel_defines, accel_includes = accel_parts(bundle)
     includes = [rt / "include", rt / "src", *accel_includes]
     salt = _headers_digest(includes)
     sources = sorted((bundle / "kernels").glob("*.c")) + sorted((rt / "src").glob("*.c"))
-    sources += sorted((rt / "tools").glob("*.c"))
-    libs = link_args(bundle)
+    if tools:
+        sources += sorted((rt / "tools").glob("*.c"))
     if opencl_enabled(bundle):
         sources += [rt / "src" / "backends" / "pk_opencl.c"]
     sources += accel_sources
     flags = list(cflags) + thread_flags(bundle) + opencl_flags(bundle) + accel_defines
     with ThreadPoolExecutor(jobs or os.cpu_count() or 2) as pool:
-        objs = list(pool.map(lambda s: compile_object(s, cc, flags, includes, salt), sources))
-    out = bundle / "build"
-    out.mkdir(exist_ok=True)
-    exe = out / "run_bundle"
-    r = subprocess.run([cc, *map(str, objs), "-o", str(exe), *libs], capture_output=True, text=True)
+        return list(pool.map(lambda s: compile_object(s, cc, flags, includes, salt), sources))
+
+
+def _link(bundle: Path, cc: str, objs: list[Path], out: Path, libs: list[str]) -> Path:
+    out.parent.mkdir(exist_ok=True)
+    cmd = [cc, *map(str, objs), "-o", str(out), *libs]
+    r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise PackagerError(f"{bundle}: link failed:\n{r.stderr[-3000:]}")
-    return exe
+    return out
+
+
+def build_run_bundle(bundle: Path, cc: str = "cc", cflags=CFLAGS, jobs: int | None = None) -> Path:
+    """Compile the bundle's kernels and runtime and link ``bundle/build/run_bundle``."""
+    libs = link_args(bundle)
+    objs = _compile_bundle(bundle, cc, cflags, jobs, tools=True)
+    return _link(bundle, cc, objs, bundle / "build" / "run_bundle", libs)
+
+
+def build_shared_library(
+    bundle: Path, cc: str = "cc", cflags=CFLAGS, jobs: int | None = None
+) -> Path:
+    """Compile the bundle's kernels and runtime position-independent and link
+    ``bundle/build/libpk_bundle.so``: the pk_runtime.h API for a process that loads the
+    bundle itself (through ctypes, or dlopen). Linked dynamically whatever the profile's
+    ``toolchain.link`` says (a shared object is never static)."""
+    libs = ["-shared", *link_libraries(False, opencl_enabled(bundle))]
+    objs = _compile_bundle(bundle, cc, [*cflags, "-fPIC"], jobs, tools=False)
+    return _link(bundle, cc, objs, bundle / "build" / "libpk_bundle.so", libs)
 
 
 def clear_cache() -> None:

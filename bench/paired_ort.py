@@ -1,0 +1,212 @@
+"""A bundle against ONNX Runtime one inference at a time, in one process: the bundle's
+runtime loaded as a shared library (packager.native.build_shared_library, pk_runtime.h
+through ctypes) and an ORT session, called in turn on the same input, and the ratio of
+each pair of calls.
+
+    python bench/paired_ort.py --models tv_resnet18 tv_mobilenet_v2 --pairs 200
+    python bench/paired_ort.py --models tv_mobilenet_v2 --tuned
+
+compare_ort.py alternates whole processes, N inferences each: on a shared virtual
+machine whose neighbours' load comes in phases of seconds, one side's round can fall in
+a slow phase and the other's in a quiet one. Here the two calls of a pair are a few
+milliseconds apart and the order alternates pair by pair (bundle first, then ORT first),
+so each pair sees one phase; the median of the pairs' ratios is the figure, and the
+quartiles of those ratios say how far a single pair strays. Each side's call follows
+the other's, so neither finds its weights in the caches from its own last run (a model
+under the L3's size runs colder than in compare_ort.py's back-to-back inferences).
+
+One thread only. At two, ORT's idle pool spins on the cores the bundle's pool needs
+next: measured on a Zen 3 (2 cores, tv_mobilenet_v2, 100 pairs) the bundle took 10.7
+ms beside a spinning ORT session against 6.0 ms beside one made with
+``session.intra_op.allow_spinning`` 0, even with 20 ms between the calls, while that
+setting slowed ORT itself from 7.05 to 8.7 ms. Neither is a fair pair, so thread
+counts above one stay with compare_ort.py, whose ORT process is gone when the bundle's
+runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import compare_ort as co  # noqa: E402
+
+from packager.boards import load_board  # noqa: E402
+from packager.native import CFLAGS, build_shared_library  # noqa: E402
+
+
+class SharedBundle:
+    """A bundle's graph loaded in this process through ``libpk_bundle.so``."""
+
+    def __init__(self, bundle: Path, lib: Path):
+        self.lib = ctypes.CDLL(str(lib))
+        L = self.lib  # noqa: N806
+        L.pk_graph_load_dir.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+        L.pk_graph_input_index.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        L.pk_graph_output_index.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        L.pk_graph_set_input.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_int32,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+        ]
+        L.pk_graph_get_output.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_int32,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+        ]
+        L.pk_graph_run.argtypes = [ctypes.c_void_p]
+        L.pk_graph_destroy.argtypes = [ctypes.c_void_p]
+        L.pk_last_error.restype = ctypes.c_char_p
+        self.g = ctypes.c_void_p()
+        if L.pk_graph_load_dir(str(bundle).encode(), ctypes.byref(self.g)) != 0:
+            raise RuntimeError(f"{bundle}: {L.pk_last_error().decode()}")
+
+    def _check(self, status: int, what: str) -> None:
+        if status != 0:
+            raise RuntimeError(f"{what}: {self.lib.pk_last_error().decode()}")
+
+    def set_inputs(self, feeds: dict[str, np.ndarray]) -> None:
+        self._keep = []
+        for name, a in feeds.items():
+            a = np.ascontiguousarray(a)
+            self._keep.append(a)
+            i = self.lib.pk_graph_input_index(self.g, name.encode())
+            self._check(-1 if i < 0 else 0, f"input {name!r}")
+            self._check(self.lib.pk_graph_set_input(self.g, i, a.ctypes.data, a.nbytes), name)
+
+    def run(self) -> None:
+        self._check(self.lib.pk_graph_run(self.g), "run")
+
+    def output(self, name: str, like: np.ndarray) -> np.ndarray:
+        out = np.empty_like(like)
+        i = self.lib.pk_graph_output_index(self.g, name.encode())
+        self._check(-1 if i < 0 else 0, f"output {name!r}")
+        self._check(self.lib.pk_graph_get_output(self.g, i, out.ctypes.data, out.nbytes), name)
+        return out
+
+    def close(self) -> None:
+        if self.g:
+            self.lib.pk_graph_destroy(self.g)
+            self.g = ctypes.c_void_p()
+
+
+def ort_session(model: onnx.ModelProto):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def pairs(ours, theirs, n: int) -> tuple[list[float], list[float]]:
+    """``n`` pairs of calls of ``ours`` and ``theirs`` (ms each), the order alternating."""
+    a, b = [], []
+    for k in range(n):
+        for side in (0, 1) if k % 2 == 0 else (1, 0):
+            t = time.perf_counter()
+            (ours if side == 0 else theirs)()
+            (a if side == 0 else b).append((time.perf_counter() - t) * 1e3)
+    return a, b
+
+
+def summary(a: list[float], b: list[float]) -> dict:
+    """Medians of each side, their ratio, and the median and quartiles of the pairs'
+    ratios a[k] / b[k]."""
+    ratios = [x / y for x, y in zip(a, b, strict=True)]
+    q1, _, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    return {
+        "bundle_ms": statistics.median(a),
+        "ort_ms": statistics.median(b),
+        "ratio_of_medians": statistics.median(a) / statistics.median(b),
+        "pair_median": statistics.median(ratios),
+        "pair_quartiles": [q1, q3],
+    }
+
+
+def bench(name: str, model: onnx.ModelProto, n: int, tuned=None, board: str = "host") -> dict:
+    """One model's pairs (a bundle built for ``board``; ``tuned``: as compare_ort's) and
+    its summary, with the largest difference of the first output from ORT's."""
+    feeds = co.input_feeds(model, name)
+    with tempfile.TemporaryDirectory(prefix="paired_ort_") as d:
+        bundle, _ = co.build_bundle(model, Path(d), tuned=tuned, board_name=board)
+        flags = [*CFLAGS, *load_board(board).toolchain.cflags]
+        ours = SharedBundle(bundle, build_shared_library(bundle, cflags=flags))
+        try:
+            ours.set_inputs(feeds)
+            sess = ort_session(model)
+            want = sess.run(None, feeds)
+            ours.run()
+            first = sess.get_outputs()[0].name
+            err = float(np.max(np.abs(ours.output(first, want[0]) - want[0])))
+            a, b = pairs(ours.run, lambda: sess.run(None, feeds), n)
+        finally:
+            ours.close()
+    return {
+        "model": name,
+        "tuned": bool(tuned),
+        "pairs": n,
+        "max_abs_diff": err,
+    } | summary(a, b)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
+    ap.add_argument(
+        "--models", nargs="+", default=["tv_resnet18", "tv_mobilenet_v2"], choices=sorted(co.MODELS)
+    )
+    ap.add_argument("--pairs", type=int, default=100, help="pairs of calls per model")
+    ap.add_argument(
+        "--tuned",
+        nargs="?",
+        const="own",
+        choices=("own", "all"),
+        help="the bundle built with tuning_logs/BOARD/ (as compare_ort.py --tuned)",
+    )
+    ap.add_argument("--board", default="host")
+    ap.add_argument("--json", action="store_true", help="one JSON object a model")
+    args = ap.parse_args(argv)
+    if args.pairs < 1:
+        ap.error("--pairs must be at least 1")
+    # before the first library loads: the pool reads it once, at its first parallel loop
+    os.environ["PACKAGER_NUM_THREADS"] = "1"
+    b = load_board(args.board)
+    features = ", ".join(b.features) or "none listed"
+    cpu = b.cpu_name or "cpu unnamed"
+    print(f"board {b.name}: {cpu}, {b.cores} cores, {b.vector_bits}-bit vectors ({features})")
+    for name in args.models:
+        row = bench(name, co.MODELS[name](), args.pairs, args.tuned, args.board)
+        if args.json:
+            print(json.dumps(row), flush=True)
+            continue
+        lo, hi = row["pair_quartiles"]
+        tag = "tuned" if args.tuned else "default"
+        print(
+            f"{name:<16} {tag}  bundle {row['bundle_ms']:8.2f} ms"
+            f"  ort {row['ort_ms']:8.2f} ms  bundle/ort {row['ratio_of_medians']:.2f}"
+            f"  (pairs {row['pair_median']:.2f}, quartiles {lo:.2f}-{hi:.2f}; {args.pairs} pairs)",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

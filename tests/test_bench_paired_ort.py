@@ -1,0 +1,76 @@
+"""bench/paired_ort.py: a bundle loaded in-process as a shared library, timed call by
+call against ONNX Runtime."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from .helpers import bench_module
+
+
+def _conv_model() -> onnx.ModelProto:
+    w = np.random.default_rng(0).standard_normal((8, 3, 3, 3)).astype(np.float32)
+    g = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["y"]),
+        ],
+        "paired",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_summary_takes_each_pair_against_its_own_peer():
+    po = bench_module("paired_ort")
+    # a slow phase doubles both calls of the second pair: by medians 20 / 20 = 1.0, by
+    # pairs 10/20, 40/20, 20/10 -> 0.5, 2.0, 2.0 (median 2.0)
+    row = po.summary([10.0, 40.0, 20.0], [20.0, 20.0, 10.0])
+    assert row["ratio_of_medians"] == 1.0 and row["pair_median"] == 2.0
+    assert row["bundle_ms"] == 20.0 and row["ort_ms"] == 20.0
+    lo, hi = row["pair_quartiles"]
+    assert lo < row["pair_median"] <= hi
+
+
+def test_pairs_alternate_which_side_goes_first():
+    po = bench_module("paired_ort")
+    order = []
+    a, b = po.pairs(lambda: order.append("a"), lambda: order.append("b"), 3)
+    assert order == ["a", "b", "b", "a", "a", "b"] and len(a) == len(b) == 3
+
+
+def test_a_shared_bundle_runs_in_process_as_ort_computes(tmp_path):
+    po = bench_module("paired_ort")
+    row = po.bench("conv", _conv_model(), 3)
+    assert row["pairs"] == 3 and row["max_abs_diff"] < 1e-4
+    assert row["bundle_ms"] > 0 and row["ort_ms"] > 0
+    assert row["ratio_of_medians"] == pytest.approx(row["bundle_ms"] / row["ort_ms"])
+
+
+def test_the_shared_library_has_the_runtime_api_and_no_main_and_names_a_wrong_input(tmp_path):
+    po = bench_module("paired_ort")
+    co = po.co
+    bundle, _ = co.build_bundle(_conv_model(), tmp_path)
+    lib = po.build_shared_library(bundle, cflags=[*po.CFLAGS, "-O2"])
+    assert lib.name == "libpk_bundle.so" and lib.parent == bundle / "build"
+    dll = ctypes.CDLL(str(lib))
+    assert dll.pk_graph_run and dll.pk_graph_load_dir
+    with pytest.raises(AttributeError):
+        dll.main  # noqa: B018 (run_bundle's tool is left out)
+    g = po.SharedBundle(bundle, lib)
+    try:
+        with pytest.raises(RuntimeError, match="input 'nope'"):
+            g.set_inputs({"nope": np.zeros((1, 3, 16, 16), np.float32)})
+        with pytest.raises(RuntimeError, match="x"):
+            g.set_inputs({"x": np.zeros((1, 3, 8, 8), np.float32)})  # a quarter the bytes
+    finally:
+        g.close()
+    with pytest.raises(RuntimeError, match=str(tmp_path / "missing")):
+        po.SharedBundle(tmp_path / "missing", lib)
