@@ -49,6 +49,12 @@ size_t pk_align_up(size_t n); /* to PK_ALIGN; caller ensures no overflow */
 /* ---- memory (pk_mem.c) ---- */
 void* pk_aligned_alloc(size_t bytes); /* 64-aligned, zeroed; free with pk_aligned_free */
 void pk_aligned_free(void* p);
+/* Blocks on huge pages (pk_scratch.c): pk_huge_map gives a zeroed one of at least 2 MiB, or
+ * NULL (then use malloc, and pk_huge_tag(p, raw, 0) the 16 bytes before it); pk_huge_unmap
+ * unmaps one of its blocks and returns 1, or returns 0 for a tagged malloc'd one. */
+void pk_huge_tag(void* p, const void* raw, size_t length);
+void* pk_huge_map(size_t bytes);
+int pk_huge_unmap(void* p);
 /* Reads a whole regular file into a 64-aligned buffer with one spare NUL byte after the
  * data. Directories, FIFOs and devices are refused without reading (PK_ERR_IO). */
 pk_status pk_read_file(const char* path, void** data, size_t* len);

@@ -1,6 +1,7 @@
 /* Aligned allocation without posix_memalign/aligned_alloc (not in C99): over-allocate and
- * keep the original pointer just before the aligned block. Reading files: on POSIX systems
- * only regular files (a FIFO would block, a directory has no size). */
+ * keep the original pointer just before the aligned block; blocks of 2 MiB or more on huge
+ * pages where the system has them (pk_huge_map, pk_scratch.c). Reading files: on POSIX
+ * systems only regular files (a FIFO would block, a directory has no size). */
 #if (defined(__unix__) || defined(__APPLE__)) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L
 #endif
@@ -19,20 +20,23 @@
 #endif
 
 void* pk_aligned_alloc(size_t bytes) {
-    size_t total = bytes + PK_ALIGN + sizeof(void*);
+    void* huge = pk_huge_map(bytes); /* zeroed, as a fresh mapping is */
+    if (huge) return huge;
+    size_t head = 2 * sizeof(uintptr_t); /* pk_huge_tag's two words */
+    size_t total = bytes + PK_ALIGN + head;
     if (total < bytes) return NULL;
     unsigned char* raw = calloc(1, total);
     if (!raw) return NULL;
-    uintptr_t p = ((uintptr_t)(raw + sizeof(void*)) + PK_ALIGN - 1) & ~(uintptr_t)(PK_ALIGN - 1);
-    memcpy((unsigned char*)p - sizeof(void*), &raw, sizeof raw);
+    uintptr_t p = ((uintptr_t)(raw + head) + PK_ALIGN - 1) & ~(uintptr_t)(PK_ALIGN - 1);
+    pk_huge_tag((void*)p, raw, 0);
     return (void*)p;
 }
 
 void pk_aligned_free(void* p) {
-    if (!p) return;
-    void* raw;
-    memcpy(&raw, (unsigned char*)p - sizeof(void*), sizeof raw);
-    free(raw);
+    if (!p || pk_huge_unmap(p)) return;
+    uintptr_t raw;
+    memcpy(&raw, (unsigned char*)p - 2 * sizeof raw, sizeof raw);
+    free((void*)raw);
 }
 
 const char* pk_short_path(const char* path) {

@@ -8,6 +8,7 @@
 #include "test_util.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -134,6 +135,44 @@ static void test_fortran_npy(void) {
     unlink(in_dir("f.npy"));
 }
 
+/* Blocks of 2 MiB and more on their own mappings, 64 bytes past a 2 MiB boundary (Linux:
+ * advised as huge pages); smaller ones from the heap. Both 64-aligned and zeroed, and a
+ * file that large reads back whole into one. */
+static void test_large_blocks(void) {
+    size_t sizes[] = {100, ((size_t)2 << 20) - 1, (size_t)2 << 20, ((size_t)9 << 20) + 3};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        unsigned char* p = pk_aligned_alloc(n);
+        CHECK(p != NULL);
+        if (!p) continue;
+        CHECK((uintptr_t)p % PK_ALIGN == 0);
+        size_t nonzero = 0;
+        for (size_t i = 0; i < n; i++)
+            nonzero += p[i] != 0;
+        CHECK(nonzero == 0);
+#if defined(__linux__)
+        if (n >= ((size_t)2 << 20)) CHECK(((uintptr_t)p - 64) % ((size_t)2 << 20) == 0);
+#endif
+        memset(p, 0xA5, n);
+        pk_aligned_free(p);
+    }
+    size_t len = ((size_t)3 << 20) + 17;
+    unsigned char* data = malloc(len);
+    CHECK(data != NULL);
+    if (!data) return;
+    for (size_t i = 0; i < len; i++)
+        data[i] = (unsigned char)(i * 7u + 1);
+    write_file(in_dir("large.bin"), data, len);
+    void* buf = NULL;
+    size_t got = 0;
+    CHECK(pk_read_file(in_dir("large.bin"), &buf, &got) == PK_OK);
+    CHECK(got == len && buf && memcmp(buf, data, len) == 0);
+    CHECK(buf && ((unsigned char*)buf)[len] == 0); /* the spare NUL */
+    pk_aligned_free(buf);
+    free(data);
+    unlink(in_dir("large.bin"));
+}
+
 int main(void) {
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
@@ -143,6 +182,7 @@ int main(void) {
     test_long_paths();
     test_misaligned_npy();
     test_fortran_npy();
+    test_large_blocks();
     rmdir(dir);
     return test_report("test_files");
 }

@@ -258,6 +258,10 @@ static void test_large_and_huge(void) {
     if (p) {
         CHECK(aligned(p));
         CHECK(fill_and_check(p, big, 10));
+#if defined(__linux__)
+        /* its own mapping, 64 bytes past a 2 MiB boundary (advised as huge pages) */
+        CHECK(((uintptr_t)p - 64) % ((size_t)2 << 20) == 0);
+#endif
     }
     pk_scratch_free(p);
     /* Sizes whose header would overflow size_t: NULL, without touching the kept block. */
