@@ -48,6 +48,9 @@ import compare_ort as co  # noqa: E402
 from packager.boards import load_board  # noqa: E402
 from packager.native import CFLAGS, build_shared_library  # noqa: E402
 
+# pk_graph_run_profiled's clock (milliseconds from any origin)
+CLOCK_MS = ctypes.CFUNCTYPE(ctypes.c_double)(lambda: time.perf_counter() * 1e3)
+
 
 class SharedBundle:
     """A bundle's graph loaded in this process through ``libpk_bundle.so``."""
@@ -73,9 +76,24 @@ class SharedBundle:
         L.pk_graph_run.argtypes = [ctypes.c_void_p]
         L.pk_graph_destroy.argtypes = [ctypes.c_void_p]
         L.pk_last_error.restype = ctypes.c_char_p
+        L.pk_graph_num_nodes.argtypes = [ctypes.c_void_p]
+        L.pk_graph_node_func.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+        L.pk_graph_node_func.restype = ctypes.c_char_p
+        L.pk_graph_node_name.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+        L.pk_graph_node_name.restype = ctypes.c_char_p
+        L.pk_graph_run_profiled.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.POINTER(ctypes.c_double),
+        ]
         self.g = ctypes.c_void_p()
         if L.pk_graph_load_dir(str(bundle).encode(), ctypes.byref(self.g)) != 0:
             raise RuntimeError(f"{bundle}: {L.pk_last_error().decode()}")
+        n = L.pk_graph_num_nodes(self.g)
+        self.funcs = [(L.pk_graph_node_func(self.g, i) or b"").decode() for i in range(n)]
+        self.names = [(L.pk_graph_node_name(self.g, i) or b"").decode() for i in range(n)]
+        self._node_ms = (ctypes.c_double * n)()
+        self._clock = CLOCK_MS
 
     def _check(self, status: int, what: str) -> None:
         if status != 0:
@@ -92,6 +110,26 @@ class SharedBundle:
 
     def run(self) -> None:
         self._check(self.lib.pk_graph_run(self.g), "run")
+
+    def kernel_nodes(self) -> dict[str, list[str]]:
+        """Each kernel function's nodes (the ONNX nodes it computes), in execution order."""
+        out: dict[str, list[str]] = {}
+        for func, name in zip(self.funcs, self.names, strict=True):
+            if func and not func.startswith("("):
+                out.setdefault(func, []).append(name)
+        return out
+
+    def run_profiled(self) -> dict[str, float]:
+        """One run, each kernel's milliseconds (all its calls) by its function's name."""
+        for i in range(len(self.funcs)):
+            self._node_ms[i] = 0.0
+        clock = ctypes.cast(self._clock, ctypes.c_void_p)
+        self._check(self.lib.pk_graph_run_profiled(self.g, clock, self._node_ms), "run")
+        out: dict[str, float] = {}
+        for func, ms in zip(self.funcs, self._node_ms, strict=True):
+            if func and not func.startswith("("):  # control flow: timed with its subgraphs
+                out[func] = out.get(func, 0.0) + ms
+        return out
 
     def output(self, name: str, like: np.ndarray) -> np.ndarray:
         out = np.empty_like(like)

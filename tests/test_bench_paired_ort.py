@@ -17,8 +17,8 @@ def _conv_model() -> onnx.ModelProto:
     w = np.random.default_rng(0).standard_normal((8, 3, 3, 3)).astype(np.float32)
     g = helper.make_graph(
         [
-            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-            helper.make_node("Relu", ["c"], ["y"]),
+            helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["y"], name="relu"),
         ],
         "paired",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
@@ -74,3 +74,24 @@ def test_the_shared_library_has_the_runtime_api_and_no_main_and_names_a_wrong_in
         g.close()
     with pytest.raises(RuntimeError, match=str(tmp_path / "missing")):
         po.SharedBundle(tmp_path / "missing", lib)
+
+
+def test_a_shared_bundle_profiles_its_kernels_and_layers_pair_them_with_ort(tmp_path):
+    po = bench_module("paired_ort")
+    bundle, _ = po.co.build_bundle(_conv_model(), tmp_path)
+    g = po.SharedBundle(bundle, po.build_shared_library(bundle, cflags=[*po.CFLAGS, "-O2"]))
+    try:
+        kernels = g.kernel_nodes()
+        # the conv with its ReLU (named after the Conv), then the blocked result back to
+        # NCHW
+        assert kernels == {"k_0_conv2d_nchwc_relu": ["conv"], "k_1_layout_transform": ["layout_y"]}
+        g.set_inputs({"x": np.ones((1, 3, 16, 16), np.float32)})
+        times = g.run_profiled()
+        assert set(times) == set(kernels) and all(t > 0 for t in times.values())
+    finally:
+        g.close()
+    lo = bench_module("layers_vs_ort")
+    rows, unmatched, whole = lo.compare_paired(_conv_model(), "host", 3)
+    assert [r[2] for r in rows] == list(kernels) and unmatched >= 0
+    bundle_ms, ort_ms, _, _, ratio = rows[0]
+    assert bundle_ms > 0 and ort_ms > 0 and ratio > 0 and whole > 0
