@@ -62,9 +62,9 @@ def bundle_kernels(
     return json.loads(doc.read_text())["kernels"]
 
 
-def ort_node_medians(model, workdir: Path, threads: int, repeat: int):
-    """(median ms per run of each ORT node, by ORT's node name; ORT's whole-run median
-    without the profiler)."""
+def profiled_session(model, workdir: Path, threads: int):
+    """An ORT session on ``threads`` threads with its profiler on (its file under
+    ``workdir``), and its options."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -75,6 +75,15 @@ def ort_node_medians(model, workdir: Path, threads: int, repeat: int):
     opts.profile_file_prefix = str(workdir / "ort_profile")
     model.ir_version = min(model.ir_version, 10)
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return sess, opts
+
+
+def ort_node_medians(model, workdir: Path, threads: int, repeat: int):
+    """(median ms per run of each ORT node, by ORT's node name; ORT's whole-run median
+    without the profiler)."""
+    import onnxruntime as ort
+
+    sess, opts = profiled_session(model, workdir, threads)
     feeds = co.input_feeds(model)
     sess.run(None, feeds)  # warm-up, profiled too: its events are dropped below
     for _ in range(repeat):
@@ -95,7 +104,6 @@ def ort_node_medians(model, workdir: Path, threads: int, repeat: int):
 def paired_runs(model, workdir: Path, board: str, runs: int, tuned: bool = False):
     """``runs`` alternating runs on one thread, in this process: ({kernel func: its ONNX
     nodes}, [the bundle's {kernel func: ms}] a run, {ORT node name: [ms a run]})."""
-    import onnxruntime as ort
     import paired_ort as po
 
     from packager.boards import load_board
@@ -105,14 +113,7 @@ def paired_runs(model, workdir: Path, board: str, runs: int, tuned: bool = False
     lib = build_shared_library(bundle, cflags=[*CFLAGS, *load_board(board).toolchain.cflags])
     os.environ["PACKAGER_NUM_THREADS"] = "1"
     ours = po.SharedBundle(bundle, lib)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.enable_profiling = True
-    opts.profile_file_prefix = str(workdir / "ort_profile")
-    model.ir_version = min(model.ir_version, 10)
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    sess, _ = profiled_session(model, workdir, 1)
     feeds = co.input_feeds(model)
     try:
         kernels = ours.kernel_nodes()
