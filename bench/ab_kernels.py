@@ -81,7 +81,10 @@ def driver_source(args_a: list[tuple[str, int]], args_b: list[tuple[str, int]], 
             ctype, is_float = CTYPES[dtype]
             value = "(r >> 33) % 2000 / 1000.0 - 1.0" if is_float else "(r >> 33) % 4"
             fills.append(
-                f"    {ctype}* {side}{k} = malloc(sizeof({ctype}) * {max(n, 1)} + 64);\n"
+                # 64-byte aligned, as the runtime places every tensor: malloc's 16 bytes
+                # split a 32-byte vector over two cache lines at every other address
+                f"    {ctype}* {side}{k} = ({ctype}*)(((uintptr_t)malloc(sizeof({ctype}) * "
+                f"{max(n, 1)} + 64) + 63) & ~(uintptr_t)63);\n"
                 f"    for (long i = 0; i < {n}; i++) {{ r = r * 6364136223846793005ull + 1; "
                 f"{side}{k}[i] = ({ctype})({value}); }}\n"
                 f"    args_{side}[{k}] = {side}{k};"
