@@ -5,6 +5,7 @@ each pair of calls.
 
     python bench/paired_ort.py --models tv_resnet18 tv_mobilenet_v2 --pairs 200
     python bench/paired_ort.py --models tv_mobilenet_v2 --tuned
+    python bench/paired_ort.py --int8 7 --models tv_resnet18 tv_mobilenet_v2
 
 compare_ort.py alternates whole processes, N inferences each: on a shared virtual
 machine whose neighbours' load comes in phases of seconds, one side's round can fall in
@@ -14,6 +15,10 @@ so each pair sees one phase; the median of the pairs' ratios is the figure, and 
 quartiles of those ratios say how far a single pair strays. Each side's call follows
 the other's, so neither finds its weights in the caches from its own last run (a model
 under the L3's size runs colder than in compare_ort.py's back-to-back inferences).
+
+``--int8 BITS`` takes compare_int8.py's models and QDQ quantization (BITS-bit weights):
+three sides in turn, the order rotating, the int8 bundle, ORT on the QDQ model and our
+fp32 bundle; it prints int8 / ORT and fp32 / int8 (the speedup) by pairs.
 
 One thread only. At two, ORT's idle pool spins on the cores the bundle's pool needs
 next: measured on a Zen 3 (2 cores, tv_mobilenet_v2, 100 pairs) the bundle took 10.7
@@ -155,13 +160,21 @@ def ort_session(model: onnx.ModelProto):
 
 def pairs(ours, theirs, n: int) -> tuple[list[float], list[float]]:
     """``n`` pairs of calls of ``ours`` and ``theirs`` (ms each), the order alternating."""
-    a, b = [], []
-    for k in range(n):
-        for side in (0, 1) if k % 2 == 0 else (1, 0):
-            t = time.perf_counter()
-            (ours if side == 0 else theirs)()
-            (a if side == 0 else b).append((time.perf_counter() - t) * 1e3)
+    a, b = rotations([ours, theirs], n)
     return a, b
+
+
+def rotations(sides: list, n: int) -> list[list[float]]:
+    """``n`` rounds of calls of each of ``sides`` (ms each), the order rotating by one a
+    round (with two sides: pairs()'s alternation)."""
+    times: list[list[float]] = [[] for _ in sides]
+    for k in range(n):
+        for j in range(len(sides)):
+            i = (j + k) % len(sides)
+            t = time.perf_counter()
+            sides[i]()
+            times[i].append((time.perf_counter() - t) * 1e3)
+    return times
 
 
 def summary(a: list[float], b: list[float]) -> dict:
@@ -204,12 +217,64 @@ def bench(name: str, model: onnx.ModelProto, n: int, tuned=None, board: str = "h
     } | summary(a, b)
 
 
+def bench_int8(name: str, n: int, bits: int, board: str = "host", size: int = 224) -> dict:
+    """compare_int8.py's model ``name`` (``size`` square inputs) and its QDQ form: rounds
+    of the int8 bundle, ORT on the QDQ model (its optimizations on: its integer kernels)
+    and our fp32 bundle."""
+    import compare_int8 as ci
+
+    fp32 = ci.MODELS[name](size)
+    flags = [*CFLAGS, *load_board(board).toolchain.cflags]
+    with tempfile.TemporaryDirectory(prefix="paired_int8_") as d:
+        work = Path(d)
+        if name.startswith("light_"):
+            qdq = ci.quantize_light(fp32, bits)
+        else:
+            qdq = ci.quantize(fp32, work, (1, 3, size, size), bits)
+        feeds = co.input_feeds(fp32)
+        sides = []
+        try:
+            for tag, m in (("q", qdq), ("f", fp32)):
+                (work / tag).mkdir()
+                bundle, _ = co.build_bundle(m, work / tag, board_name=board)
+                g = SharedBundle(bundle, build_shared_library(bundle, cflags=flags))
+                sides.append(g)
+                g.set_inputs(feeds)
+                g.run()
+            sess = ort_session(qdq)
+            sess.run(None, feeds)
+            q, o, f = rotations([sides[0].run, lambda: sess.run(None, feeds), sides[1].run], n)
+        finally:
+            for g in sides:
+                g.close()
+    vs_ort, speedup = summary(q, o), summary(f, q)
+    return {"model": name, "weight_bits": bits, "rounds": n, "fp32_ms": speedup["bundle_ms"]} | {
+        "int8_ms": vs_ort["bundle_ms"],
+        "ort_int8_ms": vs_ort["ort_ms"],
+        "int8_over_ort": vs_ort["pair_median"],
+        "int8_over_ort_quartiles": vs_ort["pair_quartiles"],
+        "speedup": speedup["pair_median"],
+        "speedup_quartiles": speedup["pair_quartiles"],
+    }
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
     )
     ap.add_argument(
-        "--models", nargs="+", default=["tv_resnet18", "tv_mobilenet_v2"], choices=sorted(co.MODELS)
+        "--models",
+        nargs="+",
+        default=["tv_resnet18", "tv_mobilenet_v2"],
+        help="compare_ort.py's models (with --int8: compare_int8.py's)",
+    )
+    ap.add_argument(
+        "--int8",
+        type=int,
+        choices=(7, 8),
+        metavar="BITS",
+        help="the int8 bundle of each model's QDQ form (BITS-bit weights) against ORT on "
+        "it and against our fp32 bundle",
     )
     ap.add_argument("--pairs", type=int, default=100, help="pairs of calls per model")
     ap.add_argument(
@@ -230,7 +295,27 @@ def main(argv=None) -> int:
     features = ", ".join(b.features) or "none listed"
     cpu = b.cpu_name or "cpu unnamed"
     print(f"board {b.name}: {cpu}, {b.cores} cores, {b.vector_bits}-bit vectors ({features})")
+    import compare_int8 as ci
+
+    known = ci.MODELS if args.int8 else co.MODELS
+    unknown = [m for m in args.models if m not in known]
+    if unknown:
+        ap.error(f"unknown models {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     for name in args.models:
+        if args.int8:
+            row = bench_int8(name, args.pairs, args.int8, args.board)
+            if args.json:
+                print(json.dumps(row), flush=True)
+                continue
+            (lo, hi), (slo, shi) = row["int8_over_ort_quartiles"], row["speedup_quartiles"]
+            print(
+                f"{name:<16} int8 {row['int8_ms']:7.2f} ms  ort {row['ort_int8_ms']:7.2f} ms  "
+                f"fp32 {row['fp32_ms']:7.2f} ms  int8/ort {row['int8_over_ort']:.2f} "
+                f"({lo:.2f}-{hi:.2f})  fp32/int8 {row['speedup']:.2f} ({slo:.2f}-{shi:.2f}); "
+                f"{args.pairs} rounds",
+                flush=True,
+            )
+            continue
         row = bench(name, co.MODELS[name](), args.pairs, args.tuned, args.board)
         if args.json:
             print(json.dumps(row), flush=True)

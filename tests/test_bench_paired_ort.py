@@ -95,3 +95,22 @@ def test_a_shared_bundle_profiles_its_kernels_and_layers_pair_them_with_ort(tmp_
     assert [r[2] for r in rows] == list(kernels) and unmatched >= 0
     bundle_ms, ort_ms, _, _, ratio = rows[0]
     assert bundle_ms > 0 and ort_ms > 0 and ratio > 0 and whole > 0
+
+
+def test_rotations_turn_the_order_by_one_each_round():
+    po = bench_module("paired_ort")
+    order = []
+    sides = [lambda k=k: order.append(k) for k in "abc"]
+    times = po.rotations(sides, 3)
+    assert order == list("abcbcacab") and [len(t) for t in times] == [3, 3, 3]
+
+
+@pytest.mark.slow
+def test_int8_rounds_put_the_int8_bundle_beside_ort_and_our_fp32(tmp_path):
+    po = bench_module("paired_ort")
+    row = po.bench_int8("tv_mobilenet_v2", 2, 7, size=32)
+    assert row["rounds"] == 2 and row["weight_bits"] == 7
+    assert min(row["int8_ms"], row["ort_int8_ms"], row["fp32_ms"]) > 0
+    assert row["int8_over_ort"] > 0 and row["speedup"] > 0
+    lo, hi = row["int8_over_ort_quartiles"]
+    assert lo <= row["int8_over_ort"] <= hi
