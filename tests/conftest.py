@@ -20,6 +20,18 @@ def _object_cache(tmp_path_factory):
     yield
 
 
+@pytest.fixture(autouse=True)
+def _environment_kept():
+    """What a test (or a bench's main it calls in-process) sets in os.environ stays in it:
+    a PACKAGER_NUM_THREADS=1 left behind made later tests in the same worker run one
+    thread."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 @pytest.fixture
 def cli(capsys):
     """Run the packager CLI in-process: returns (exit code, stdout, stderr)."""
