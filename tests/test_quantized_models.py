@@ -18,6 +18,7 @@ from packager.backend import PackagerBackend
 from packager.boards import load_board
 from packager.ops.quantized import dense_tile
 from packager.package import package, prepare_graph
+from packager.quantize.exact import float64_runner, step_agreement
 from packager.target import Target
 from tests.helpers import unoptimized_ort_session
 
@@ -29,10 +30,10 @@ SHAPE = (1, 3, 32, 32)
 
 
 class _Calib(CalibrationDataReader):
-    def __init__(self):
+    def __init__(self, shape=SHAPE):
         rng = np.random.default_rng(1)
         self.data = iter(
-            [{"input": rng.standard_normal(SHAPE).astype(np.float32)} for _ in range(8)]
+            [{"input": rng.standard_normal(shape).astype(np.float32)} for _ in range(8)]
         )
 
     def get_next(self):
@@ -48,16 +49,21 @@ def _qdq(tmp_path, kind: str, act, reduce_range: bool = False, classes: int = 10
         )
     else:
         model = networks.mobilenet_v2(width=0.25, size=32, classes=10)
-    raw, pre, out = tmp_path / "raw.onnx", tmp_path / "pre.onnx", tmp_path / "qdq.onnx"
     if model.graph.node[-1].op_type == "Softmax":  # compare the logits
         model.graph.node.remove(model.graph.node[-1])
         model.graph.output[0].name = model.graph.node[-1].output[0]
+    return _quantized(tmp_path, model, act, reduce_range)
+
+
+def _quantized(tmp_path, model, act, reduce_range: bool = False, shape=SHAPE) -> Path:
+    """onnxruntime's quantize_static of ``model``: QDQ, per-channel int8 weights."""
+    raw, pre, out = tmp_path / "raw.onnx", tmp_path / "pre.onnx", tmp_path / "qdq.onnx"
     onnx.save(model, raw)
     quant_pre_process(str(raw), str(pre), skip_symbolic_shape=True)  # folds batch norms
     quantize_static(
         str(pre),
         str(out),
-        _Calib(),
+        _Calib(shape),
         quant_format=QuantFormat.QDQ,
         per_channel=True,
         activation_type=act,
@@ -91,12 +97,37 @@ def _within_one_step(path: Path, model: onnx.ModelProto, board=None) -> None:
     x = np.random.default_rng(5).standard_normal(SHAPE).astype(np.float32)
     want = unoptimized_ort_session(path).run(None, {"input": x})[0]
     got = PackagerBackend.prepare(model, board=board).run([x])[0]
+    step = _logits_step(model)
+    assert (np.abs(got - want) <= step * 1.001).mean() >= 0.999
+    assert np.argmax(got) == np.argmax(want)
+
+
+def _logits_step(model: onnx.ModelProto) -> float:
     last = model.graph.node[-1]  # the logits' DequantizeLinear: its scale is one step
     assert last.op_type == "DequantizeLinear"
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
-    step = float(inits[last.input[1]])
-    assert (np.abs(got - want) <= step * 1.001).mean() >= 0.999
-    assert np.argmax(got) == np.argmax(want)
+    return float(inits[last.input[1]])
+
+
+@pytest.mark.parametrize("arch", ["tv_mobilenet_v2", "tv_resnet18"])
+def test_torchvision_architectures_equal_the_qdq_arithmetic_in_float64(tmp_path, arch):
+    """torchvision's MobileNetV2 (66 quantized tensors deep) and ResNet-18 at 64x64, 1000
+    classes: the int8 bundle's logits are within one step of the QDQ graph computed in
+    float64 on 99.9% of them and equal on 90%. (A float32 evaluation of the same graph
+    flips roundings that lie within float32's error of a half step; MobileNetV2 spreads
+    those flips, so ONNX Runtime's float32 path misses one step on a quarter of the
+    224x224 logits: bench/qdq_exactness.py.)"""
+    shape = (1, 3, 64, 64)
+    model = getattr(torchvision_nets, arch)(size=64)
+    qdq = onnx.load(_quantized(tmp_path, model, QuantType.QUInt8, shape=shape))
+    name, step = qdq.graph.input[0].name, _logits_step(qdq)
+    ours, exact = PackagerBackend.prepare(qdq), float64_runner(qdq)
+    rng = np.random.default_rng(3)
+    for _ in range(2):
+        x = rng.uniform(0, 1, shape).astype(np.float32)
+        got = ours.run([x])[0]
+        within, equal = step_agreement(got, exact({name: x})[0], step)
+        assert within >= 0.999 and equal >= 0.9, (within, equal)
 
 
 def test_dense_tiles_take_a_divisor_of_the_blocks_up_to_8_where_4_has_none():
