@@ -6,6 +6,7 @@ each pair of calls.
     python bench/paired_ort.py --models tv_resnet18 tv_mobilenet_v2 --pairs 200
     python bench/paired_ort.py --models tv_mobilenet_v2 --tuned
     python bench/paired_ort.py --int8 7 --models tv_resnet18 tv_mobilenet_v2
+    python bench/paired_ort.py --models tv_mobilenet_v2 --against host-avx2  # widths
 
 compare_ort.py alternates whole processes, N inferences each: on a shared virtual
 machine whose neighbours' load comes in phases of seconds, one side's round can fall in
@@ -19,6 +20,9 @@ under the L3's size runs colder than in compare_ort.py's back-to-back inferences
 ``--int8 BITS`` takes compare_int8.py's models and QDQ quantization (BITS-bit weights):
 three sides in turn, the order rotating, the int8 bundle, ORT on the QDQ model and our
 fp32 bundle; it prints int8 / ORT and fp32 / int8 (the speedup) by pairs.
+``--against BOARD`` adds a bundle of the same model built for another profile of this
+machine (host-avx2 beside a 512-bit host: the same kernels at 8 lanes) to the rotation,
+so two vector widths are compared inference by inference.
 
 One thread only. At two, ORT's idle pool spins on the cores the bundle's pool needs
 next: measured on a Zen 3 (2 cores, tv_mobilenet_v2, 100 pairs) the bundle took 10.7
@@ -191,30 +195,53 @@ def summary(a: list[float], b: list[float]) -> dict:
     }
 
 
-def bench(name: str, model: onnx.ModelProto, n: int, tuned=None, board: str = "host") -> dict:
+def bench(
+    name: str,
+    model: onnx.ModelProto,
+    n: int,
+    tuned=None,
+    board: str = "host",
+    against: str | None = None,
+) -> dict:
     """One model's pairs (a bundle built for ``board``; ``tuned``: as compare_ort's) and
-    its summary, with the largest difference of the first output from ORT's."""
+    its summary, with the largest difference of the first output from ORT's. With
+    ``against`` (another board this machine runs, e.g. host-avx2: the narrower vectors) a
+    bundle built for it takes turns too, the three sides' order rotating; the row gains
+    its milliseconds and ``board_over_against``, the median of board / against by round."""
     feeds = co.input_feeds(model, name)
     with tempfile.TemporaryDirectory(prefix="paired_ort_") as d:
-        bundle, _ = co.build_bundle(model, Path(d), tuned=tuned, board_name=board)
-        flags = [*CFLAGS, *load_board(board).toolchain.cflags]
-        ours = SharedBundle(bundle, build_shared_library(bundle, cflags=flags))
+        sides = []
         try:
-            ours.set_inputs(feeds)
+            for tag in [board] + ([against] if against else []):
+                work = Path(d) / tag
+                work.mkdir()
+                bundle, _ = co.build_bundle(model, work, tuned=tuned, board_name=tag)
+                flags = [*CFLAGS, *load_board(tag).toolchain.cflags]
+                sides.append(SharedBundle(bundle, build_shared_library(bundle, cflags=flags)))
+                sides[-1].set_inputs(feeds)
             sess = ort_session(model)
             want = sess.run(None, feeds)
-            ours.run()
             first = sess.get_outputs()[0].name
-            err = float(np.max(np.abs(ours.output(first, want[0]) - want[0])))
-            a, b = pairs(ours.run, lambda: sess.run(None, feeds), n)
+            err = 0.0
+            for g in sides:
+                g.run()
+                err = max(err, float(np.max(np.abs(g.output(first, want[0]) - want[0]))))
+            calls = [sides[0].run, lambda: sess.run(None, feeds), *(g.run for g in sides[1:])]
+            times = rotations(calls, n) if against else list(pairs(*calls, n))
         finally:
-            ours.close()
-    return {
-        "model": name,
-        "tuned": bool(tuned),
-        "pairs": n,
-        "max_abs_diff": err,
-    } | summary(a, b)
+            for g in sides:
+                g.close()
+    row = {"model": name, "tuned": bool(tuned), "pairs": n, "max_abs_diff": err}
+    row |= summary(times[0], times[1])
+    if against:
+        other = summary(times[0], times[2])
+        row |= {
+            "against": against,
+            "against_ms": other["ort_ms"],
+            "board_over_against": other["pair_median"],
+            "board_over_against_quartiles": other["pair_quartiles"],
+        }
+    return row
 
 
 def bench_int8(name: str, n: int, bits: int, board: str = "host", size: int = 224) -> dict:
@@ -285,6 +312,13 @@ def main(argv=None) -> int:
         help="the bundle built with tuning_logs/BOARD/ (as compare_ort.py --tuned)",
     )
     ap.add_argument("--board", default="host")
+    ap.add_argument(
+        "--against",
+        metavar="BOARD",
+        help="also a bundle built for BOARD (another profile of this machine, e.g. "
+        "host-avx2 beside a 512-bit host), in the same rotation: BOARD's ms and "
+        "board / BOARD by rounds",
+    )
     ap.add_argument("--json", action="store_true", help="one JSON object a model")
     args = ap.parse_args(argv)
     if args.pairs < 1:
@@ -316,7 +350,7 @@ def main(argv=None) -> int:
                 flush=True,
             )
             continue
-        row = bench(name, co.MODELS[name](), args.pairs, args.tuned, args.board)
+        row = bench(name, co.MODELS[name](), args.pairs, args.tuned, args.board, args.against)
         if args.json:
             print(json.dumps(row), flush=True)
             continue
@@ -328,6 +362,14 @@ def main(argv=None) -> int:
             f"  (pairs {row['pair_median']:.2f}, quartiles {lo:.2f}-{hi:.2f}; {args.pairs} pairs)",
             flush=True,
         )
+        if args.against:
+            lo, hi = row["board_over_against_quartiles"]
+            print(
+                f"{'':<16} {args.against} bundle {row['against_ms']:8.2f} ms"
+                f"  {args.board}/{args.against} {row['board_over_against']:.2f}"
+                f" (quartiles {lo:.2f}-{hi:.2f}, by rounds)",
+                flush=True,
+            )
     return 0
 
 

@@ -24,7 +24,7 @@ from .cpuinfo import PROBE_SCRIPT, profile_values, split_sections
 from .errors import PackagerError
 
 PROBE_MARK = "# packager boards --probe"
-PROBED_KEYS = ("arch", "cores", "vector_bits", "cpu_name", "features", "cache")
+PROBED_KEYS = ("arch", "cores", "vector_bits", "cpu_name", "cpu_id", "features", "cache")
 
 
 # --- show ----------------------------------------------------------------------------------

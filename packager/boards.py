@@ -110,6 +110,7 @@ class Board:
     toolchain: Toolchain
     detect: bool = False
     cpu_name: str | None = None
+    cpu_id: str | None = None
     features: tuple[str, ...] = ()
     big_cores: tuple[int, ...] = ()
     cache: Cache | None = None
@@ -367,9 +368,9 @@ SCHEMA: tuple[Field, ...] = (
         "detect",
         "bool",
         "Read what the profile leaves out (`arch`, `cores`, `vector_bits`, `cpu_name`, "
-        "`features`, `cache`) from the machine the packager runs on, each time the profile "
-        "is loaded; values the profile gives take precedence. Only for the local machine "
-        "(no `connection`): a remote board is read with `packager boards --probe`.",
+        "`cpu_id`, `features`, `cache`) from the machine the packager runs on, each time "
+        "the profile is loaded; values the profile gives take precedence. Only for the "
+        "local machine (no `connection`): a remote board is read with `packager boards --probe`.",
         default=False,
     ),
     Field(
@@ -394,6 +395,14 @@ SCHEMA: tuple[Field, ...] = (
         "str",
         "The CPU model as the board reports it (`/proc/cpuinfo`), e.g. `Cortex-A72`. Part "
         "of the fingerprint a tuning record must match to apply.",
+    ),
+    Field(
+        "cpu_id",
+        "str",
+        "An x86 CPU's vendor, family and model numbers as `/proc/cpuinfo` gives them "
+        "(`AuthenticAMD family 25 model 17`): they tell apart the microarchitectures a "
+        "virtual machine's model name does not (`AMD EPYC`). Part of the fingerprint "
+        "where given.",
     ),
     Field(
         "features",

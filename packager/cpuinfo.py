@@ -93,13 +93,14 @@ def split_sections(text: str) -> dict[str, str]:
 
 
 def profile_values(sections: dict[str, str]) -> dict:
-    """Profile keys (arch, cores, vector_bits, cpu_name, features, cache) from the
+    """Profile keys (arch, cores, vector_bits, cpu_name, cpu_id, features, cache) from the
     sections of one machine's reports; a fact that cannot be read is left out."""
     arch = ARCHS.get(sections.get("arch", "").strip())
     fields = cpuinfo_fields(sections.get("cpuinfo", ""))
     flags = set(" ".join(fields.get("flags", []) + fields.get("Features", [])).split())
     features = [f for f in FEATURES if f in flags]
     values: dict = {"arch": arch, "cpu_name": cpu_name(fields), "features": features}
+    values["cpu_id"] = cpu_id(fields)
     cores = sections.get("cores", "").strip()
     values["cores"] = int(cores) if cores.isdigit() and int(cores) > 0 else None
     values["vector_bits"] = vector_bits(arch, features) if arch else None
@@ -126,6 +127,17 @@ def cpu_name(fields: dict[str, list[str]]) -> str | None:
         return " + ".join(dict.fromkeys(parts))
     names = fields.get("model name") or fields.get("Processor") or fields.get("cpu model")
     return names[0] if names else None
+
+
+def cpu_id(fields: dict[str, list[str]]) -> str | None:
+    """An x86 CPU's vendor, family and model numbers (``AuthenticAMD family 25 model
+    17``): a virtual machine's model name is often only the vendor's brand (``AMD EPYC``
+    for Zen 2 to Zen 5 alike), these numbers name the microarchitecture. None elsewhere
+    (an ARM core's part is in its name already)."""
+    vendor, family, model = (fields.get(k, [None])[0] for k in ("vendor_id", "cpu family", "model"))
+    if not (vendor and family and model and family.isdigit() and model.isdigit()):
+        return None
+    return f"{vendor} family {family} model {model}"
 
 
 def vector_bits(arch: str, features: list[str]) -> int:

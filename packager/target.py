@@ -65,6 +65,17 @@ class Target:
         return make.of(board)
 
 
+def same_target(recorded: dict | None, here: dict) -> bool:
+    """Whether a tuning record's ``target`` fingerprint names ``here``: equal, or a record
+    written before fingerprints carried ``cpu_id`` (2026-12-04) that equals ``here`` apart
+    from its cpu_id (such a record still applies on any CPU with its model name)."""
+    if recorded == here:
+        return True
+    if not isinstance(recorded, dict) or "cpu_id" in recorded or "cpu_id" not in here:
+        return False
+    return recorded == {k: v for k, v in here.items() if k != "cpu_id"}
+
+
 @dataclass(frozen=True, kw_only=True)
 class CpuTarget(Target):
     """The board's CPU. The defaults are the generic target: the packager's own kind of
@@ -84,6 +95,7 @@ class CpuTarget(Target):
     arch: str = "x86_64"
     model: str = "native"
     cpu_name: str | None = None
+    cpu_id: str | None = None
     features: tuple[str, ...] = ()
     isa_flags: tuple[str, ...] = ()
     vector_bits: int = 256
@@ -101,6 +113,7 @@ class CpuTarget(Target):
             arch=board.arch,
             model=board.cpu,
             cpu_name=board.cpu_name,
+            cpu_id=board.cpu_id,
             features=tuple(board.features),
             isa_flags=tuple(f for f in board.toolchain.cflags if f.startswith("-m")),
             vector_bits=board.vector_bits,
@@ -112,7 +125,7 @@ class CpuTarget(Target):
         )
 
     def fingerprint(self) -> dict:
-        return {
+        fp = {
             "family": self.family,
             "arch": self.arch,
             "model": self.model,
@@ -122,6 +135,7 @@ class CpuTarget(Target):
             "vector_bits": self.vector_bits,
             "cores": self.cores,
         }
+        return fp | ({"cpu_id": self.cpu_id} if self.cpu_id else {})
 
     @property
     def lanes(self) -> int:

@@ -54,6 +54,20 @@ def test_a_shared_bundle_runs_in_process_as_ort_computes(tmp_path):
     assert row["ratio_of_medians"] == pytest.approx(row["bundle_ms"] / row["ort_ms"])
 
 
+def test_against_a_second_board_rotates_three_sides_and_both_bundles_compute_as_ort():
+    po = bench_module("paired_ort")
+    order = []
+    times = po.rotations(
+        [lambda: order.append("a"), lambda: order.append("o"), lambda: order.append("b")], 2
+    )
+    assert order == ["a", "o", "b", "o", "b", "a"] and [len(t) for t in times] == [2, 2, 2]
+    row = po.bench("conv", _conv_model(), 3, board="host", against="host-avx2")
+    assert row["against"] == "host-avx2" and row["max_abs_diff"] < 1e-4
+    assert row["against_ms"] > 0 and row["board_over_against"] > 0
+    lo, hi = row["board_over_against_quartiles"]
+    assert lo <= row["board_over_against"] <= hi
+
+
 def test_the_shared_library_has_the_runtime_api_and_no_main_and_names_a_wrong_input(tmp_path):
     po = bench_module("paired_ort")
     co = po.co

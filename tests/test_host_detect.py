@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from packager.boards import load_board
-from packager.cpuinfo import FEATURES
+from packager.cpuinfo import FEATURES, cpu_id, cpuinfo_fields, profile_values
 from packager.errors import PackagerError
 from packager.target import Target
 
@@ -49,6 +49,16 @@ def test_the_fingerprint_names_the_cpu_and_its_features():
     fp = Target.cpu(board).fingerprint()
     assert fp["cpu_name"] == board.cpu_name and fp["features"] == list(board.features)
     assert fp["vector_bits"] == board.vector_bits and fp["cores"] == board.cores
+    assert fp.get("cpu_id") == board.cpu_id
+
+
+def test_an_x86_host_names_its_vendor_family_and_model():
+    board = load_board("host")
+    if "cpu family" not in CPUINFO:
+        assert board.cpu_id is None  # ARM: the core's part is in its name
+        return
+    want = f"{_field('vendor_id')} family {_field('cpu family')} model {_field('model')}"
+    assert board.cpu_id == want and "cpu_id" in board.detected
 
 
 def _user_host(tmp_path, monkeypatch, text: str):
@@ -90,3 +100,14 @@ def test_show_marks_the_detected_values(cli, tmp_path, monkeypatch):
     assert "cores: 1" in lines  # given: not marked
     bits = next(ln for ln in lines if ln.startswith("vector_bits:"))
     assert bits.split() == ["vector_bits:", str(load_board("host").vector_bits), "#", "detected"]
+
+
+def test_cpu_id_is_an_x86_cpus_vendor_family_and_model_and_none_for_arm():
+    xeon = (
+        "vendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"
+        "model name\t: Intel(R) Xeon(R) Processor\n"
+    )
+    assert cpu_id(cpuinfo_fields(xeon)) == "GenuineIntel family 6 model 143"
+    a72 = "processor\t: 0\nCPU implementer\t: 0x41\nCPU part\t: 0xd08\n"
+    assert cpu_id(cpuinfo_fields(a72)) is None
+    assert "cpu_id" not in profile_values({"arch": "aarch64", "cpuinfo": a72})

@@ -38,6 +38,7 @@ def test_host_is_a_cpu_target_only():
         arch=board.arch,
         model="native",
         cpu_name=board.cpu_name,
+        cpu_id=board.cpu_id,
         features=board.features,
         isa_flags=("-march=native",),
         vector_bits=board.vector_bits,

@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import resources
-from ..target import targets_of
+from ..target import same_target, targets_of
 from .log import choose, cost, measures_today, ranked, read_records, record_family
 from .space import space_of, valid
 from .tasks import CODE_FAMILIES, Task, kernel_code, template_of
@@ -56,7 +56,9 @@ class Tuning:
                 if r["board"]["name"] != board.name:
                     continue
                 key = (record_family(r), r["task"]["key"])
-                found[r.get("target") not in own].setdefault(key, []).append(r)
+                found[not any(same_target(r.get("target"), o) for o in own)].setdefault(
+                    key, []
+                ).append(r)
         # this target's records, chosen per kernel when a build asks for it (_choose needs
         # the kernel's task); the record chosen (or None) and why not (NO_RECORD,
         # UNCONFIRMED, CHANGED), by kernel
@@ -132,7 +134,7 @@ class Tuning:
             self.stale += why == CHANGED
             self.fallback.append(f"{name}: {why}")
             return None
-        if not self.use_foreign and rec.get("target") != task.target.fingerprint():
+        if not self.use_foreign and not same_target(rec.get("target"), task.target.fingerprint()):
             self.fallback.append(f"{name}: record of another target")
             return None
         space = space_of(task)
@@ -241,7 +243,8 @@ def _same_kernel(task: Task, space, rec: dict) -> bool:
 
 
 def describe_target(fingerprint: dict | None) -> str:
-    """A record's target in a few words: CPU name (or model), vector width, cores; a GPU's
+    """A record's target in a few words: CPU name (or model) and cpu_id, vector width,
+    cores; a GPU's
     device and compute units; an accelerator's GEMM core, buffers and clock."""
     if not fingerprint:
         return "not recorded"
@@ -253,4 +256,6 @@ def describe_target(fingerprint: dict | None) -> str:
         words = [fingerprint.get("device"), f"{fingerprint.get('compute_units')} compute units"]
         return ", ".join(str(w) for w in words)
     name = fingerprint.get("cpu_name") or fingerprint.get("model")
+    if fingerprint.get("cpu_id"):
+        name = f"{name} ({fingerprint['cpu_id']})"
     return f"{name}, {fingerprint.get('vector_bits')}-bit, {fingerprint.get('cores')} cores"

@@ -31,6 +31,7 @@ from .. import interrupts
 from ..boards import Board
 from ..errors import PackagerError
 from ..remote.errors import DeviceLost, RemoteError
+from ..target import same_target
 from .apply import log_files
 from .log import (
     SLOWER,
@@ -180,7 +181,9 @@ def _reject(task: Task, records: list[dict], log: TuningLog, why: str, device=No
     mine = [
         r
         for r in records
-        if r["task"]["key"] == task.key and r.get("target") == here and measures_today(r, task)
+        if r["task"]["key"] == task.key
+        and same_target(r.get("target"), here)
+        and measures_today(r, task)
     ]
     space = space_of(task)
     default = space.get(space.default_index())

@@ -9,6 +9,7 @@ from .. import interrupts, resources
 from ..boards import Board
 from ..frontend.importer import load_model
 from ..package import prepare_graph
+from ..target import same_target
 from .log import TuningLog, read_records
 from .measure import Measurer, Settings
 from .model_check import check_in_model
@@ -107,7 +108,7 @@ def recheck_forms(tasks: list[Task], measurer, log: TuningLog, progress) -> None
                 r
                 for r in records
                 if r["task"]["key"] == t.key
-                and r.get("target") == here
+                and same_target(r.get("target"), here)
                 and r["board"]["name"] == t.board.name
                 and measures_today(r, t)
             ]

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import interrupts
+from ..target import same_target
 from .features import features, knob_features
 from .log import (
     CONFIRM_ROUNDS,
@@ -147,7 +148,7 @@ def _transfer(model: CostModel, state: _State, records: list[dict]) -> None:
         same = (
             r["task"]["template"] == state.task.template and record_family(r) == state.task.family
         )
-        other = r["task"]["key"] != state.task.key or r.get("target") != here
+        other = r["task"]["key"] != state.task.key or not same_target(r.get("target"), here)
         if same and (other or not measures_today(r, state.task)):
             group = r["task"]["key"] + r["board"]["name"] + json.dumps(r.get("target"))
             by_task.setdefault(group, []).append(r)
@@ -172,7 +173,7 @@ def tune_task(task: Task, measurer: Measurer, log: TuningLog, opts: Options, pro
         # a record of another target is not this one's measurement (transfer learns from it)
         if r["board"]["name"] != board.name or r["task"]["key"] != task.key:
             continue
-        if r.get("target") != here or not measures_today(r, task):
+        if not same_target(r.get("target"), here) or not measures_today(r, task):
             continue
         i = space.index_of(r["config"]["knobs"])
         if i is not None and confirming(r):  # rounds a resumed run counts (_confirm)

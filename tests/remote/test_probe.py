@@ -44,6 +44,7 @@ def test_probe_writes_the_detected_fields(sshd, tmp_path, monkeypatch, cli):
     assert list(board.features) == [f for f in FEATURES if f in _flags()]
     assert board.vector_bits == (512 if "avx512f" in _flags() else 256)
     assert board.cache.l1d_kib and board.cache.l2_kib
+    assert board.cpu_id == load_board("host").cpu_id  # the same /proc/cpuinfo
     assert board.connection.port == sshd.port  # the rest of the file is kept
     assert "# my own notes" in path.read_text()
 
