@@ -7,6 +7,7 @@ each pair of calls.
     python bench/paired_ort.py --models tv_mobilenet_v2 --tuned
     python bench/paired_ort.py --int8 7 --models tv_resnet18 tv_mobilenet_v2
     python bench/paired_ort.py --models tv_mobilenet_v2 --against host-avx2  # widths
+    python bench/paired_ort.py --board host-avx2 --ort-isa avx2 --tuned  # AVX2 peers
 
 compare_ort.py alternates whole processes, N inferences each: on a shared virtual
 machine whose neighbours' load comes in phases of seconds, one side's round can fall in
@@ -23,6 +24,9 @@ fp32 bundle; it prints int8 / ORT and fp32 / int8 (the speedup) by pairs.
 ``--against BOARD`` adds a bundle of the same model built for another profile of this
 machine (host-avx2 beside a 512-bit host: the same kernels at 8 lanes) to the rotation,
 so two vector widths are compared inference by inference.
+``--ort-isa avx2`` holds this process's CPUID to an AVX2 machine's before ORT loads
+(cpuid_mask.py), so a ``--board host-avx2`` bundle meets ORT's AVX2 kernels pair by pair;
+the bundle's code, compiled for its board, asks no CPUID and runs as it would anyway.
 
 One thread only. At two, ORT's idle pool spins on the cores the bundle's pool needs
 next: measured on a Zen 3 (2 cores, tv_mobilenet_v2, 100 pairs) the bundle took 10.7
@@ -53,6 +57,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import compare_ort as co  # noqa: E402
+import cpuid_mask  # noqa: E402
 
 from packager.boards import load_board  # noqa: E402
 from packager.native import CFLAGS, build_shared_library  # noqa: E402
@@ -320,9 +325,17 @@ def main(argv=None) -> int:
         "board / BOARD by rounds",
     )
     ap.add_argument("--json", action="store_true", help="one JSON object a model")
+    co.add_ort_isa(ap)
     args = ap.parse_args(argv)
     if args.pairs < 1:
         ap.error("--pairs must be at least 1")
+    co.use_ort_isa(ap, args)
+    if args.ort_isa == "avx2":
+        # in this process, before ORT's first import: the bundle's code is compiled for
+        # its board and asks no CPUID, so only ORT's kernel choice changes
+        if "onnxruntime" in sys.modules:
+            ap.error("--ort-isa avx2: onnxruntime was imported before the hold")
+        cpuid_mask.hold_to_avx2()
     # before the first library loads: the pool reads it once, at its first parallel loop
     os.environ["PACKAGER_NUM_THREADS"] = "1"
     b = load_board(args.board)
@@ -351,6 +364,9 @@ def main(argv=None) -> int:
             )
             continue
         row = bench(name, co.MODELS[name](), args.pairs, args.tuned, args.board, args.against)
+        row["ort_isa"] = args.ort_isa
+        if args.ort_isa == "avx2":
+            row["cpuid_traps"] = cpuid_mask.traps()  # ORT's kernel choice read the hold
         if args.json:
             print(json.dumps(row), flush=True)
             continue

@@ -4,6 +4,10 @@ call against ONNX Runtime."""
 from __future__ import annotations
 
 import ctypes
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -11,6 +15,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from .helpers import bench_module
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
 def _conv_model() -> onnx.ModelProto:
@@ -128,3 +134,29 @@ def test_int8_rounds_put_the_int8_bundle_beside_ort_and_our_fp32(tmp_path):
     assert row["int8_over_ort"] > 0 and row["speedup"] > 0
     lo, hi = row["int8_over_ort_quartiles"]
     assert lo <= row["int8_over_ort"] <= hi
+
+
+@pytest.mark.skipif(
+    not bench_module("cpuid_mask").can_mask(),
+    reason="this CPU or kernel cannot fault CPUID (no cpuid_fault)",
+)
+def test_ort_isa_avx2_holds_the_process_before_ort_loads():
+    # in a process of its own: the hold lasts as long as the process
+    r = subprocess.run(
+        [sys.executable, str(BENCH / "paired_ort.py"), "--models", "vad", "--pairs", "2"]
+        + ["--board", "host-avx2", "--ort-isa", "avx2", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "ORT kernels: avx2" in r.stdout
+    row = json.loads(r.stdout.strip().splitlines()[-1])
+    assert row["ort_isa"] == "avx2" and row["cpuid_traps"] > 0
+    assert row["pairs"] == 2 and row["max_abs_diff"] < 1e-4
+
+
+def test_ort_isa_refuses_what_it_cannot_hold_to():
+    po = bench_module("paired_ort")
+    with pytest.raises(SystemExit):
+        po.main(["--models", "vad", "--ort-isa", "avx512"])
